@@ -1,0 +1,100 @@
+"""Errors raised by slateflow.
+
+Every failure a caller can cause raises a subclass of :class:`SlateError`. Each message names the
+key (or step, or resolver) involved and says what to do about it. When a write fails, the state is
+left exactly as it was: no value, version, journal record or signal is produced.
+
+Several classes also derive from the matching built-in exception (``KeyError``, ``ValueError``,
+``TimeoutError``), so code that already catches those keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CursorExpiredError",
+    "InvalidKeyError",
+    "KeyExistsError",
+    "MissingKeyError",
+    "PolicyViolation",
+    "ReadOnlyError",
+    "SchemaError",
+    "SlateError",
+    "SnapshotError",
+    "StateValueError",
+    "TransactionError",
+    "VersionConflictError",
+    "WaitTimeoutError",
+]
+
+
+class SlateError(Exception):
+    """Base class of every error slateflow raises on purpose.
+
+    Catch this to handle any slateflow failure; the message is written for a person.
+    """
+
+    def __str__(self) -> str:
+        # KeyError would otherwise repr() its message, wrapping it in quotes.
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class InvalidKeyError(SlateError, ValueError):
+    """A key is not a valid state key.
+
+    Keys are non-empty strings of at most 256 characters, made of segments joined by ``:``, with
+    no whitespace, control characters or ``*`` (reserved for patterns).
+    """
+
+
+class StateValueError(SlateError, ValueError):
+    """A value cannot be stored: it is not JSON-compatible data or a pydantic model.
+
+    Also raised for a bad ``confidence`` or ``meta`` on a write.
+    """
+
+
+class MissingKeyError(SlateError, KeyError):
+    """A key that must exist does not (``require``, ``remove``, ``rename``)."""
+
+
+class KeyExistsError(SlateError, KeyError):
+    """A key that must not exist does (``rename`` onto an existing key without ``overwrite``)."""
+
+
+class VersionConflictError(SlateError):
+    """The key's version is not the one the writer expected; nothing was written.
+
+    Raised by ``set(..., expected_version=v)`` and when a transaction's reads went stale before it
+    committed. Read the key again and retry.
+    """
+
+
+class TransactionError(SlateError):
+    """A transaction was used after it ended, or committed in the wrong place."""
+
+
+class PolicyViolation(SlateError):
+    """A write breaks a governance rule (writer, source, size, key count, read-only)."""
+
+
+class ReadOnlyError(PolicyViolation):
+    """A write to a read-only key, pattern or view (``state.derived``, ``state_meta:*``)."""
+
+
+class SchemaError(SlateError, ValueError):
+    """A value does not match the type declared for its key; pydantic's explanation follows."""
+
+
+class CursorExpiredError(SlateError):
+    """The journal no longer holds every mutation after a cursor (the ring overwrote them).
+
+    Read less often, raise ``journal_size``, or attach a journal sink that keeps everything.
+    """
+
+
+class SnapshotError(SlateError, ValueError):
+    """A snapshot cannot be restored: wrong format, redacted, or an invalid entry."""
+
+
+class WaitTimeoutError(SlateError, TimeoutError):
+    """An async wait on the state (``wait_for``, ``wait_until``) ran out of time."""

@@ -1,0 +1,42 @@
+"""The ``state`` layer: the governed blackboard every other layer reads and writes."""
+
+from . import when
+from .journal import JournalSink, JsonlSink, MemorySink
+from .keys import MAX_KEY_LENGTH, Key, Pattern, error_key, result_key, status_key
+from .policy import Policy, Rule
+from .provenance import Provenance
+from .records import SECRET_MASK, Change, Entry, Mutation
+from .scopes import SCOPES, ReadOnlyView, ScopedView
+from .store import SNAPSHOT_FORMAT, State, provenance
+from .subscriptions import Subscription
+from .transaction import Transaction
+from .when import Trigger
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "SCOPES",
+    "SECRET_MASK",
+    "SNAPSHOT_FORMAT",
+    "Change",
+    "Entry",
+    "JournalSink",
+    "JsonlSink",
+    "Key",
+    "MemorySink",
+    "Mutation",
+    "Pattern",
+    "Policy",
+    "Provenance",
+    "ReadOnlyView",
+    "Rule",
+    "ScopedView",
+    "State",
+    "Subscription",
+    "Transaction",
+    "Trigger",
+    "error_key",
+    "provenance",
+    "result_key",
+    "status_key",
+    "when",
+]

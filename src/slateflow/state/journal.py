@@ -1,0 +1,122 @@
+"""The journal: a bounded ring of recent mutations, and sinks that receive every committed batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Protocol, runtime_checkable
+
+from ..errors import CursorExpiredError
+from .records import Mutation
+
+__all__ = ["JournalSink", "JsonlSink", "MemorySink"]
+
+
+@runtime_checkable
+class JournalSink(Protocol):
+    """Receives every committed batch of mutations, in commit order.
+
+    ``record`` is called synchronously inside the commit, so keep it quick. An exception is logged
+    and reported on ``state.receiver_failed``; it never fails the write.
+    """
+
+    def record(self, mutations: Sequence[Mutation]) -> None: ...
+
+
+class MemorySink:
+    """A sink keeping every mutation in a list (``.mutations``); handy in tests and audits."""
+
+    def __init__(self) -> None:
+        self.mutations: list[Mutation] = []
+
+    def record(self, mutations: Sequence[Mutation]) -> None:
+        self.mutations.extend(mutations)
+
+
+class JsonlSink:
+    """A sink appending one JSON object per mutation to a file (JSON lines).
+
+    Secret values are masked unless ``redact=False``. ``fsync=True`` makes each batch durable
+    before the write returns (slow; the SQLite store is the durable path). Close it when done,
+    or use it as a context manager.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, redact: bool = True, fsync: bool = False):
+        self.path = Path(path)
+        self.redact = redact
+        self.fsync = fsync
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def record(self, mutations: Sequence[Mutation]) -> None:
+        lines = "".join(
+            json.dumps(m.to_dict(redact=self.redact), ensure_ascii=False) + "\n" for m in mutations
+        )
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"journal file {self.path} is closed")
+            self._file.write(lines)
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Flush and close the file; later batches raise (and are reported, not fatal)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Ring:
+    """The in-memory journal: the last ``size`` mutations, with a cursor over commits."""
+
+    __slots__ = ("dropped_seq", "records", "size")
+
+    def __init__(self, size: int) -> None:
+        if type(size) is not int or size < 0:
+            raise ValueError(f"journal_size must be a non-negative int, got {size!r}")
+        self.size = size
+        self.records: deque[Mutation] = deque(maxlen=size or None)
+        self.dropped_seq = 0
+
+    def append(self, batch: Sequence[Mutation]) -> None:
+        records = self.records
+        if not self.size:
+            self.dropped_seq = batch[-1][4]
+            return
+        overflow = len(records) + len(batch) - self.size
+        if overflow > 0:
+            # Remember the newest seq that falls out, so stale cursors are detected.
+            self.dropped_seq = (
+                records[overflow - 1][4] if overflow <= len(records) else batch[-1][4]
+            )
+        records.extend(batch)
+
+    def since(self, cursor: int) -> list[Mutation]:
+        if cursor < self.dropped_seq:
+            raise CursorExpiredError(
+                f"journal cursor {cursor} has expired: mutations up to seq {self.dropped_seq} "
+                f"left the {self.size}-record ring; read more often, raise journal_size, or "
+                "attach a journal sink"
+            )
+        records = self.records
+        # Walk back from the newest record: readers usually ask for the last few commits.
+        i = len(records)
+        while i and records[i - 1][4] > cursor:
+            i -= 1
+        return [records[j] for j in range(i, len(records))]
+
+    def clear(self, seq: int) -> None:
+        self.records.clear()
+        self.dropped_seq = seq

@@ -1,0 +1,136 @@
+"""Keys: validation, ``*`` patterns, typed keys and the resolver result convention."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter
+
+from ..errors import InvalidKeyError
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "META_PREFIX",
+    "Key",
+    "Pattern",
+    "check_key",
+    "error_key",
+    "result_key",
+    "status_key",
+]
+
+T = TypeVar("T")
+
+MAX_KEY_LENGTH = 256
+META_PREFIX = "state_meta:"
+
+# A segment is any run of characters other than whitespace, control characters, ":" and "*".
+_SEGMENT = r"[^\s:*\x00-\x1f\x7f-\x9f]+"
+_KEY_RE = re.compile(rf"{_SEGMENT}(?::{_SEGMENT})*")
+_PATTERN_RE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
+
+
+def result_key(name: str) -> str:
+    """The key a resolver named ``name`` writes its value to: ``"{name}:result"``."""
+    return f"{name}:result"
+
+
+def error_key(name: str) -> str:
+    """The key a resolver named ``name`` writes its error message to: ``"{name}:error"``."""
+    return f"{name}:error"
+
+
+def status_key(name: str) -> str:
+    """The key holding a resolver's status (``running``, ``done``, ...): ``"{name}:status"``."""
+    return f"{name}:status"
+
+
+def _why_invalid(key: str) -> str:
+    if not key:
+        return "it is empty"
+    if len(key) > MAX_KEY_LENGTH:
+        return f"it is {len(key)} characters long (at most {MAX_KEY_LENGTH})"
+    for ch in key:
+        if ch.isspace():
+            return f"it contains whitespace ({ch!r})"
+        if unicodedata.category(ch) == "Cc":
+            return f"it contains a control character ({ch!r})"
+        if ch == "*":
+            return "it contains '*', which is reserved for patterns"
+    return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it is a valid state key, else raise :class:`InvalidKeyError` naming it."""
+    if type(key) is not str:
+        raise InvalidKeyError(
+            f"state key {key!r} is a {type(key).__name__}; keys are strings such as 'booking:date'"
+        )
+    if len(key) <= MAX_KEY_LENGTH and _KEY_RE.fullmatch(key) is not None:
+        return key
+    raise InvalidKeyError(f"invalid state key {key!r}: {_why_invalid(key)}")
+
+
+class Pattern:
+    """A key pattern where ``*`` matches any run of characters (including ``:``).
+
+    ``"*:result"`` matches ``"verify:result"`` and ``"a:b:result"``; a pattern without ``*``
+    matches only that exact key. Specificity (used when several declarations match one key) is
+    the number of literal characters: the exact key beats every pattern, ``"verify:*"`` beats
+    ``"*"``.
+    """
+
+    __slots__ = ("_regex", "specificity", "text", "wildcard")
+
+    def __init__(self, text: str) -> None:
+        if type(text) is not str or not text or len(text) > MAX_KEY_LENGTH:
+            raise InvalidKeyError(f"invalid key pattern {text!r}: patterns are non-empty strings")
+        if "*" not in text:
+            check_key(text)
+        elif _PATTERN_RE.fullmatch(text) is None:
+            raise InvalidKeyError(
+                f"invalid key pattern {text!r}: it contains whitespace or control characters"
+            )
+        self.text = text
+        self.wildcard = "*" in text
+        self.specificity = len(text) - text.count("*") + (0 if self.wildcard else MAX_KEY_LENGTH)
+        parts = (re.escape(p) for p in text.split("*"))
+        self._regex = re.compile(".*".join(parts), re.DOTALL)
+
+    def matches(self, key: str) -> bool:
+        """Whether ``key`` matches this pattern."""
+        if not self.wildcard:
+            return key == self.text
+        return self._regex.fullmatch(key) is not None
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.text!r})"
+
+
+@lru_cache(maxsize=4096)
+def compile_pattern(text: str) -> Pattern:
+    """A cached :class:`Pattern` for ``text``."""
+    return Pattern(text)
+
+
+class Key(Generic[T]):
+    """A typed key: a key name bound to a type that validates writes and types reads.
+
+    ``BOOKING = Key("booking", Booking)``; ``state.set(BOOKING, Booking(...))`` validates the value
+    with pydantic and stores its JSON form; ``state.get(BOOKING)`` returns a ``Booking``. Reading
+    the plain name (``state.get("booking")``) returns the stored JSON data.
+    """
+
+    __slots__ = ("adapter", "name", "type")
+
+    def __init__(self, name: str, type_: type[T] | Any) -> None:
+        self.name = check_key(name)
+        self.type = type_
+        self.adapter: TypeAdapter[T] = TypeAdapter(type_)
+
+    def __repr__(self) -> str:
+        type_name = getattr(self.type, "__name__", repr(self.type))
+        return f"Key({self.name!r}, {type_name})"

@@ -1,0 +1,97 @@
+"""Schemas: types declared for keys or ``*`` patterns, validated on every write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import SchemaError
+from .keys import Key, Pattern, compile_pattern
+from .values import JSON
+
+__all__ = ["Schemas"]
+
+
+class _Declaration:
+    __slots__ = ("adapter", "order", "pattern", "type")
+
+    def __init__(self, pattern: Pattern, type_: Any, adapter: TypeAdapter[Any], order: int) -> None:
+        self.pattern = pattern
+        self.type = type_
+        self.adapter = adapter
+        self.order = order
+
+
+def _type_name(type_: Any) -> str:
+    return getattr(type_, "__name__", None) or repr(type_)
+
+
+def validate_with(adapter: TypeAdapter[Any], key: str, value: JSON, type_: Any) -> JSON:
+    """Validate ``value`` for ``key`` and return the JSON form of the validated value."""
+    try:
+        typed = adapter.validate_python(value)
+    except ValidationError as exc:
+        raise SchemaError(
+            f"value for {key!r} does not match its declared type {_type_name(type_)}:\n{exc}"
+        ) from None
+    return adapter.dump_python(typed, mode="json")
+
+
+class Schemas:
+    """The declarations of one state; the most specific declaration matching a key wins.
+
+    An exact key beats every pattern; among patterns the one with more literal characters wins;
+    on a tie the later declaration wins.
+    """
+
+    def __init__(self) -> None:
+        self.decls: list[_Declaration] = []
+        self._cache: dict[str, _Declaration | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.decls)
+
+    def add(self, target: str | Key[Any], type_: Any | None) -> _Declaration:
+        """Build a declaration for a key or pattern (not yet active: see :meth:`activate`)."""
+        if isinstance(target, Key):
+            pattern, type_, adapter = compile_pattern(target.name), target.type, target.adapter
+        else:
+            if type_ is None:
+                raise TypeError(f"declare({target!r}) needs a type, e.g. declare({target!r}, int)")
+            pattern, adapter = compile_pattern(target), TypeAdapter(type_)
+        return _Declaration(pattern, type_, adapter, len(self.decls))
+
+    def activate(self, decl: _Declaration) -> None:
+        """Make ``decl`` govern later writes."""
+        self.decls.append(decl)
+        self._cache = {}
+
+    def find(self, key: str) -> _Declaration | None:
+        """The declaration governing ``key``, if any."""
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        best: _Declaration | None = None
+        for decl in self.decls:
+            if decl.pattern.matches(key) and (
+                best is None or decl.pattern.specificity >= best.pattern.specificity
+            ):
+                best = decl
+        if len(self._cache) > 100_000:
+            self._cache = {}
+        self._cache[key] = best
+        return best
+
+    def validate(self, key: str, value: JSON) -> JSON:
+        """Validate ``value`` against the declaration for ``key`` (unchanged if none)."""
+        decl = self.find(key)
+        if decl is None:
+            return value
+        return validate_with(decl.adapter, key, value, decl.type)
+
+    @staticmethod
+    def check(decl: _Declaration, key: str, value: JSON) -> JSON:
+        """Validate ``value`` for ``key`` against one declaration."""
+        return validate_with(decl.adapter, key, value, decl.type)

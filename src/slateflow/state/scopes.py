@@ -1,0 +1,112 @@
+"""Scoped views: ``state.user``, ``state.turn``, ... read and write one key prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ReadOnlyError
+from .records import Entry
+
+if TYPE_CHECKING:
+    from .store import State
+
+__all__ = ["SCOPES", "ReadOnlyView", "ScopedView"]
+
+SCOPES = ("app", "user", "session", "temp", "turn", "bg", "derived")
+"""The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``state.end_turn()``)."""
+
+_MISSING: Any = object()
+
+
+class ScopedView:
+    """The keys under one prefix, named without it: ``state.user.set("name", "Ada")`` writes
+    ``user:name``. Writes keep all of the state's validation, governance and signals."""
+
+    __slots__ = ("_state", "prefix")
+
+    def __init__(self, state: State, scope: str) -> None:
+        self._state = state
+        self.prefix = f"{scope}:"
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``<scope>:key`` (a private copy), or ``default``."""
+        return self._state.get(self.prefix + key, default)
+
+    def require(self, key: str) -> Any:
+        """The value of ``<scope>:key``; raises ``MissingKeyError`` if absent."""
+        return self._state.require(self.prefix + key)
+
+    def contains(self, key: str) -> bool:
+        """Whether ``<scope>:key`` exists."""
+        return self._state.contains(self.prefix + key)
+
+    __contains__ = contains
+
+    def entry(self, key: str) -> Entry | None:
+        """The entry of ``<scope>:key``, or None."""
+        return self._state.entry(self.prefix + key)
+
+    def keys(self) -> list[str]:
+        """The keys in this scope, without the prefix."""
+        n = len(self.prefix)
+        return [k[n:] for k in self._state.keys(self.prefix)]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(key, value)`` pairs in this scope, keys without the prefix."""
+        n = len(self.prefix)
+        return [(k[n:], v) for k, v in self._state.items(self.prefix)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """This scope as a dict, keys without the prefix."""
+        return dict(self.items())
+
+    def set(self, key: str, value: Any, **kwargs: Any) -> int:
+        """Write ``<scope>:key``; takes the same keyword arguments as :meth:`State.set`."""
+        return self._state.set(self.prefix + key, value, **kwargs)
+
+    def update(self, mapping: Mapping[str, Any], **kwargs: Any) -> int:
+        """Write several keys of this scope in one batch."""
+        return self._state.update({self.prefix + k: v for k, v in mapping.items()}, **kwargs)
+
+    def modify(self, key: str, default: Any, fn: Callable[[Any], Any], **kwargs: Any) -> Any:
+        """Atomic read-modify-write of ``<scope>:key``."""
+        return self._state.modify(self.prefix + key, default, fn, **kwargs)
+
+    def remove(self, key: str, default: Any = _MISSING, **kwargs: Any) -> Any:
+        """Remove ``<scope>:key`` and return its value."""
+        if default is _MISSING:
+            return self._state.remove(self.prefix + key, **kwargs)
+        return self._state.remove(self.prefix + key, default, **kwargs)
+
+    def clear(self, **kwargs: Any) -> int:
+        """Remove every key of this scope in one batch; returns how many."""
+        return self._state.clear_prefix(self.prefix, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.prefix}* ({len(self.keys())} keys)>"
+
+
+class ReadOnlyView(ScopedView):
+    """A scope that can be read but not written through the view (``state.derived``).
+
+    Derived values are written by the library's own computations with ``state.set`` on the full
+    key; the view protects them from accidental writes by application code.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise ReadOnlyError(
+            f"the {self.prefix!r} scope is read-only: its values are computed, not written; "
+            "write the inputs they are derived from instead"
+        )
+
+    set = _refuse
+    update = _refuse
+    modify = _refuse
+    remove = _refuse
+    clear = _refuse

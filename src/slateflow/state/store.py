@@ -1,0 +1,1159 @@
+"""The State: a governed, observable, thread-safe key-value blackboard."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from functools import cached_property
+from typing import Any, TypeVar, overload
+
+import anyio
+import anyio.lowlevel
+from blinker import Signal
+
+from ..errors import (
+    KeyExistsError,
+    MissingKeyError,
+    ReadOnlyError,
+    SchemaError,
+    SnapshotError,
+    StateValueError,
+    VersionConflictError,
+    WaitTimeoutError,
+)
+from .journal import JournalSink, Ring
+from .keys import META_PREFIX, Key, check_key
+from .policy import Policy, Rule
+from .provenance import Provenance, Stamp, dt_to_ns, ns_to_dt
+from .records import SECRET_MASK, Change, Entry, Mutation
+from .schema import Schemas, validate_with
+from .scopes import ReadOnlyView, ScopedView
+from .subscriptions import Callback, Subscription, SubscriptionIndex
+from .transaction import REMOVED, Transaction
+from .values import JSON, clean, copy_json, same
+from .when import Trigger
+
+__all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
+
+T = TypeVar("T")
+log = logging.getLogger("slateflow.state")
+
+SNAPSHOT_FORMAT = "slateflow.snapshot/1"
+
+_MISSING: Any = object()
+_CONTAINERS = (dict, list)
+_make_change = Change.make
+_new_tuple = tuple.__new__
+_STRICT = (dict, list, float)
+# One stored entry: (value, version, seq, at_ns, stamp). A plain tuple keeps a key small.
+_Row = tuple[JSON, int, int, int, Stamp]
+
+
+class _Waiter:
+    """Wakes one async task waiting on the state, from whichever thread delivers the change."""
+
+    __slots__ = ("error", "event", "result", "thread", "token")
+
+    def __init__(self) -> None:
+        self.token = anyio.lowlevel.current_token()
+        self.thread = threading.get_ident()
+        self.event = anyio.Event()
+        self.result: Any = _MISSING
+        self.error: BaseException | None = None
+
+    def arm(self) -> anyio.Event:
+        self.event = anyio.Event()
+        return self.event
+
+    def wake(self, changes: object = None) -> None:
+        event = self.event
+        if threading.get_ident() == self.thread:
+            event.set()
+            return
+        # If the waiting loop has ended there is nobody left to wake.
+        with contextlib.suppress(anyio.RunFinishedError):
+            self.token.backend_class.run_sync_soon(event.set, (), self.token.native_token)
+
+
+class State:
+    """The governed blackboard: JSON values under ``:``-separated keys, with versions,
+    provenance, schemas, policies, transactions, a journal and change signals.
+
+    Every method is synchronous, thread-safe and cheap; the ``wait_*`` methods are async (anyio,
+    so asyncio and trio). Reads return private copies, so mutating what you read (or what you
+    wrote) never changes the state.
+
+    Parameters: ``policy`` (governance rules, see :class:`Policy`), ``journal_size`` (records kept
+    in the in-memory journal ring, default 1024, 0 disables it), ``clock`` (a ``time.time``-like
+    function used for provenance timestamps), ``sinks`` (journal sinks fed every batch).
+    """
+
+    changed: Signal
+    """Sent once per committed batch: ``receiver(state, changes=tuple_of_Change)``."""
+
+    receiver_failed: Signal
+    """Sent when a subscriber, watcher, signal receiver or sink raises:
+    ``receiver(state, receiver=..., error=exc, changes=...)``."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+    ) -> None:
+        self._entries: dict[str, _Row] = {}
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._ring = Ring(journal_size)
+        self._sinks: tuple[JournalSink, ...] = tuple(sinks)
+        self._subs = SubscriptionIndex()
+        self._pending: deque[tuple[Change, ...]] = deque()
+        self._delivering = False
+        self._policy = policy if policy is not None else Policy()
+        self._schemas = Schemas()
+        # Commit times are kept as integer nanoseconds: time.time_ns is the cheapest clock call.
+        self._now: Callable[[], int] = (
+            time.time_ns if clock is None else (lambda: round(clock() * 1_000_000_000))
+        )
+        self._default_stamp = Stamp("user", None, None, None)
+        self._stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
+        self._tx_open = 0
+        self._txvar: ContextVar[Transaction | None] = ContextVar(
+            f"slateflow_tx_{id(self)}", default=None
+        )
+        self.changed = Signal("slateflow.state.changed")
+        self.receiver_failed = Signal("slateflow.state.receiver_failed")
+
+    # -- small internals shared with transactions and views ----------------------------------
+
+    def _name(self, key: str | Key[Any]) -> str:
+        if type(key) is str:
+            return key
+        if isinstance(key, Key):
+            return key.name
+        return check_key(key)  # raises InvalidKeyError
+
+    def _stamp(
+        self,
+        key: object,
+        source: str,
+        writer: str | None,
+        confidence: float | None,
+        meta: Mapping[str, Any] | None,
+    ) -> Stamp:
+        if meta is None:
+            if source == "user" and writer is None and confidence is None:
+                return self._default_stamp
+            cache_key = (source, writer, confidence)
+            stamp = self._stamps.get(cache_key)
+            if stamp is not None:
+                return stamp
+        stamp = Stamp.checked(str(key), source, writer, confidence, meta)
+        if meta is None:
+            if len(self._stamps) > 4096:
+                self._stamps = {}
+            self._stamps[(source, writer, confidence)] = stamp
+        return stamp
+
+    def _check_new_key(self, key: str) -> None:
+        check_key(key)
+        if key.startswith(META_PREFIX):
+            raise ReadOnlyError(
+                f"cannot write {key!r}: 'state_meta:' keys are read-only views of provenance; "
+                "pass source=/writer=/meta= when writing the key itself"
+            )
+
+    def _prepare(self, key: str | Key[Any], value: Any, stamp: Stamp) -> tuple[str, JSON]:
+        """Validate a write of ``value`` to ``key`` (key, value, schema, policy)."""
+        if type(key) is str:
+            name = key
+            if name not in self._entries:
+                self._check_new_key(name)
+            cleaned = clean(value, name)
+        elif isinstance(key, Key):
+            name = key.name
+            if name not in self._entries:
+                self._check_new_key(name)
+            cleaned = clean(validate_with(key.adapter, name, value, key.type), name)
+        else:
+            check_key(key)
+            raise AssertionError("unreachable")  # pragma: no cover
+        if self._schemas.decls:
+            cleaned = self._schemas.validate(name, cleaned)
+        if self._policy.active:
+            self._policy.check(name, cleaned, stamp)
+        return name, cleaned
+
+    def _check_remove(self, name: str, stamp: Stamp) -> None:
+        if self._policy.active:
+            self._policy.check(name, None, stamp, removing=True)
+
+    @staticmethod
+    def _check_version_arg(name: str, expected: object) -> int:
+        if type(expected) is not int or expected < 0:
+            raise StateValueError(
+                f"expected_version for {name!r} must be an int >= 0 (0 = must not exist), "
+                f"got {expected!r}"
+            )
+        return expected
+
+    def _typed(self, key: Key[T], raw: JSON) -> T:
+        try:
+            return key.adapter.validate_python(copy_json(raw))
+        except Exception as exc:
+            raise SchemaError(
+                f"stored value of {key.name!r} does not match {key!r}: {exc}; "
+                f"declare the key (state.declare({key.name!r}, ...)) so writes are checked"
+            ) from None
+
+    def _secret(self, key: str) -> bool:
+        return self._policy.is_secret(key)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @overload
+    def get(self, key: Key[T], default: None = None) -> T | None: ...
+    @overload
+    def get(self, key: Key[T], default: T) -> T: ...
+    @overload
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+    def get(self, key: str | Key[Any], default: Any = None) -> Any:
+        """The value at ``key`` (a private copy), or ``default`` if the key is not set.
+
+        With a :class:`Key`, the value is validated into the key's type. ``"state_meta:<key>"``
+        returns the provenance of ``<key>`` as a dict (seed compatibility).
+        """
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.get(key, default)
+        try:
+            row = self._entries.get(key)  # type: ignore[arg-type]
+        except TypeError:
+            row = None
+        if row is None:
+            return self._get_missing(key, default)
+        value = row[0]
+        if type(value) in _CONTAINERS:
+            return copy_json(value)
+        return value
+
+    def _get_missing(self, key: object, default: Any) -> Any:
+        if isinstance(key, Key):
+            row = self._entries.get(key.name)
+            return default if row is None else self._typed(key, row[0])
+        if type(key) is str and key.startswith(META_PREFIX):
+            row = self._entries.get(key[len(META_PREFIX) :])
+            if row is not None:
+                return row[4].provenance(row[3]).as_meta()
+        check_key(key)
+        return default
+
+    def require(self, key: str | Key[Any]) -> Any:
+        """The value at ``key``; raises :class:`MissingKeyError` naming it if absent."""
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise MissingKeyError(
+                f"required key {self._name(key)!r} is not set; set it first or use get() "
+                "with a default"
+            )
+        return value
+
+    def contains(self, key: str | Key[Any]) -> bool:
+        """Whether ``key`` is set."""
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.contains(key)
+        return self._name(key) in self._entries
+
+    __contains__ = contains
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, key: str | Key[Any]) -> Entry | None:
+        """The key's value with version, seq, provenance and update time, or None if absent.
+
+        Inside a transaction this shows the committed entry (buffered writes have no version yet).
+        """
+        name = self._name(key)
+        row = self._entries.get(name)
+        if row is None:
+            return None
+        return Entry(
+            key=name,
+            value=copy_json(row[0]),
+            version=row[1],
+            seq=row[2],
+            provenance=row[4].provenance(row[3]),
+            updated_at=ns_to_dt(row[3]),
+            secret=self._secret(name),
+        )
+
+    def version(self, key: str | Key[Any]) -> int:
+        """The key's current version (0 when it is not set)."""
+        row = self._entries.get(self._name(key))
+        return 0 if row is None else row[1]
+
+    def provenance(self, key: str | Key[Any]) -> Provenance | None:
+        """Who wrote the key's current value, how and when; None if the key is not set."""
+        row = self._entries.get(self._name(key))
+        return None if row is None else row[4].provenance(row[3])
+
+    def _keys(self, prefix: str) -> list[str]:
+        if not prefix:
+            return list(self._entries)
+        return [k for k in list(self._entries) if k.startswith(prefix)]
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """The keys starting with ``prefix``, in the order they were created."""
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.keys(prefix)
+        return self._keys(prefix)
+
+    def items(self, prefix: str = "") -> list[tuple[str, Any]]:
+        """``(key, value)`` pairs for the keys starting with ``prefix`` (values are copies)."""
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.items(prefix)
+        entries = self._entries
+        out = []
+        for k in self._keys(prefix):
+            row = entries.get(k)
+            if row is not None:
+                out.append((k, copy_json(row[0])))
+        return out
+
+    def pick(self, *keys: str | Key[Any]) -> dict[str, Any]:
+        """A dict of the given keys that are set, with their values."""
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.pick(*(self._name(k) for k in keys))
+        out = {}
+        for key in keys:
+            name = self._name(key)
+            row = self._entries.get(name)
+            if row is not None:
+                out[name] = copy_json(row[0])
+        return out
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def set(
+        self,
+        key: str | Key[Any],
+        value: Any,
+        *,
+        source: str = "user",
+        writer: str | None = None,
+        confidence: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Write ``value`` at ``key``; returns the key's new version.
+
+        ``source``/``writer``/``confidence``/``meta`` become the value's provenance.
+        ``expected_version=v`` makes the write conditional (``0``: the key must not exist) and
+        raises :class:`VersionConflictError` otherwise. Writing a value equal to the current one
+        is a no-op: same version, no journal record, no signal. Any failure writes nothing.
+        """
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.set(
+                key,
+                value,
+                source=source,
+                writer=writer,
+                confidence=confidence,
+                meta=meta,
+                expected_version=expected_version,
+            )
+        if meta is None and source == "user" and writer is None and confidence is None:
+            stamp = self._default_stamp
+        else:
+            stamp = self._stamp(key, source, writer, confidence, meta)
+        # Fast path for the common write: an existing str key, a scalar value, no governance.
+        entries = self._entries
+        policy = self._policy
+        t = type(value)
+        if (
+            type(key) is str
+            and (t is str or t is int or t is bool or value is None)
+            and key in entries
+            and not self._schemas.decls
+            and not policy.active
+        ):
+            name, cleaned = key, value
+        else:
+            name, cleaned = self._prepare(key, value, stamp)
+        # acquire/release costs a third of a with-block on CPython 3.11; this is the hot path.
+        lock = self._lock
+        lock.acquire()
+        try:
+            row = entries.get(name)
+            if expected_version is not None:
+                have = 0 if row is None else row[1]
+                if have != self._check_version_arg(name, expected_version):
+                    raise VersionConflictError(
+                        f"{name!r} is at version {have}, not the expected {expected_version}; "
+                        "read it again and retry"
+                    )
+            if row is None:
+                if policy.max_keys is not None:
+                    policy.check_count(name, len(entries) + 1)
+                old = None
+                version = 1
+            else:
+                old = row[0]
+                if old is cleaned or (
+                    old == cleaned
+                    and type(old) is type(cleaned)
+                    and (type(old) not in _STRICT or same(old, cleaned))
+                ):
+                    return row[1]
+                version = row[1] + 1
+            seq = self._seq = self._seq + 1
+            at = self._now()
+            entries[name] = (cleaned, version, seq, at, stamp)
+            batch = (
+                _new_tuple(
+                    Change,
+                    (name, old, cleaned, version, seq, "set", False, at, stamp,
+                     bool(policy.rules) and policy.is_secret(name)),
+                ),
+            )
+            # The journal ring, inlined (see Ring.append).
+            ring = self._ring
+            if ring.size:
+                records = ring.records
+                if len(records) == ring.size:
+                    ring.dropped_seq = records[0][4]
+                records.append(batch[0])
+            else:
+                ring.dropped_seq = seq
+            failures = self._feed_sinks(batch) if self._sinks else None
+            subs = self._subs
+            listened = self.changed.receivers or (subs.count and subs.for_key(name))
+            if listened:
+                self._pending.append(batch)
+        finally:
+            lock.release()
+        if failures:
+            self._report_sink_failures(failures, batch)
+        if listened:
+            self._deliver()
+        return version
+
+    def update(
+        self,
+        mapping: Mapping[str | Key[Any], Any],
+        *,
+        source: str = "user",
+        writer: str | None = None,
+        confidence: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        remove: Iterable[str | Key[Any]] = (),
+        expected_versions: Mapping[str, int] | None = None,
+    ) -> int:
+        """Write several keys (and remove the ``remove`` keys that exist) as one atomic batch.
+
+        Every value is validated before anything is written; one bad value fails the whole
+        batch. ``expected_versions`` makes it conditional per key. Returns the commit's ``seq``
+        (the current cursor if nothing changed).
+        """
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.update(
+                mapping,
+                source=source,
+                writer=writer,
+                confidence=confidence,
+                meta=meta,
+                remove=remove,
+            )
+        ops: dict[str, tuple[JSON, Stamp]] = {}
+        stamp: Stamp | None = None
+        for key, value in mapping.items():
+            if stamp is None:
+                stamp = self._stamp(key, source, writer, confidence, meta)
+            name, cleaned = self._prepare(key, value, stamp)
+            ops[name] = (cleaned, stamp)
+        for key in remove:
+            name = self._name(key)
+            rstamp = stamp or self._stamp(name, source, writer, confidence, meta)
+            self._check_remove(name, rstamp)
+            ops[name] = (REMOVED, rstamp)
+        return self._commit_batch(
+            [(k, v, s) for k, (v, s) in ops.items()], "update", expected=expected_versions
+        )
+
+    def remove(
+        self,
+        key: str | Key[Any],
+        default: Any = _MISSING,
+        *,
+        source: str = "user",
+        writer: str | None = None,
+    ) -> Any:
+        """Remove ``key`` and return its value; if absent, return ``default`` or raise
+        :class:`MissingKeyError` when no default is given (like ``dict.pop``)."""
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.remove(key, default, source=source, writer=writer)
+        name = self._name(key)
+        stamp = self._stamp(name, source, writer, None, None)
+        self._check_remove(name, stamp)
+        with self._lock:
+            row = self._entries.get(name)
+            if row is None:
+                if default is _MISSING:
+                    check_key(name)
+                    raise MissingKeyError(f"cannot remove {name!r}: it is not set")
+                return default
+            self._commit_batch([(name, REMOVED, stamp)], "remove", deliver=False)
+        self._deliver()
+        return copy_json(row[0])
+
+    def modify(
+        self,
+        key: str | Key[Any],
+        default: Any,
+        fn: Callable[[Any], Any],
+        *,
+        source: str = "user",
+        writer: str | None = None,
+        confidence: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Atomically replace the value with ``fn(current)`` (``fn(default)`` if absent).
+
+        No other write to the state can happen between the read and the write, so concurrent
+        ``modify`` calls never lose an update. ``fn`` runs while the state's lock is held: keep
+        it quick and do not wait on other threads inside it. Returns the new value.
+        """
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            return tx.modify(key, default, fn, source=source, writer=writer)
+        name = self._name(key)
+        stamp = self._stamp(name, source, writer, confidence, meta)
+        with self._lock:
+            row = self._entries.get(name)
+            current = copy_json(row[0]) if row is not None else clean(default, name)
+            name, cleaned = self._prepare(key, fn(current), stamp)
+            self._commit_batch([(name, cleaned, stamp)], "modify", deliver=False)
+        self._deliver()
+        return copy_json(cleaned)
+
+    def rename(
+        self,
+        old: str,
+        new: str,
+        *,
+        overwrite: bool = False,
+        source: str = "user",
+        writer: str | None = None,
+    ) -> int:
+        """Move ``old``'s value to ``new`` in one batch, keeping its provenance.
+
+        Raises :class:`MissingKeyError` if ``old`` is absent and :class:`KeyExistsError` if
+        ``new`` exists (unless ``overwrite=True``). Returns ``new``'s version.
+        """
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            value = tx.require(old)
+            tx.remove(old, source=source, writer=writer)
+            return tx.set(new, value, source=source, writer=writer)
+        stamp = self._stamp(old, source, writer, None, None)
+        self._check_remove(old, stamp)
+        with self._lock:
+            row = self._entries.get(old)
+            if row is None:
+                check_key(old)
+                raise MissingKeyError(f"cannot rename {old!r}: it is not set")
+            if new in self._entries and not overwrite:
+                raise KeyExistsError(
+                    f"cannot rename {old!r} to {new!r}: {new!r} exists; pass overwrite=True"
+                )
+            kept = row[4]
+            name, cleaned = self._prepare(new, row[0], kept)
+            self._commit_batch(
+                [(old, REMOVED, stamp), (name, cleaned, kept)], "rename", deliver=False
+            )
+            version = self._entries[name][1]
+        self._deliver()
+        return version
+
+    def clear_prefix(self, prefix: str, *, source: str = "user", writer: str | None = None) -> int:
+        """Remove every key starting with ``prefix`` in one batch; returns how many.
+
+        ``clear_prefix("")`` empties the state.
+        """
+        return self._remove_where(prefix, source, writer, "clear_prefix")
+
+    def end_turn(self) -> int:
+        """Clear the ``turn:`` and ``temp:`` scopes in one batch; returns how many keys."""
+        return self._remove_where(("turn:", "temp:"), "system", None, "end_turn")
+
+    def _remove_where(
+        self, prefix: str | tuple[str, ...], source: str, writer: str | None, origin: str
+    ) -> int:
+        if self._tx_open and (tx := self._txvar.get()) is not None:
+            prefixes = (prefix,) if isinstance(prefix, str) else prefix
+            doomed = [k for p in prefixes for k in tx.keys(p)]
+            for k in doomed:
+                tx.remove(k, source=source, writer=writer)
+            return len(doomed)
+        stamp = self._stamp(prefix, source, writer, None, None)
+        with self._lock:
+            doomed = [k for k in self._entries if k.startswith(prefix)]
+            for k in doomed:
+                self._check_remove(k, stamp)
+            self._commit_batch([(k, REMOVED, stamp) for k in doomed], origin, deliver=False)
+        self._deliver()
+        return len(doomed)
+
+    # -- the commit path ---------------------------------------------------------------------
+
+    def _commit_batch(
+        self,
+        ops: Sequence[tuple[str, JSON, Stamp]],
+        origin: str,
+        *,
+        expected: Mapping[str, int] | None = None,
+        reads: Mapping[str, int] | None = None,
+        deliver: bool = True,
+    ) -> int:
+        """Apply validated ``ops`` as one batch: one seq, one journal batch, one signal.
+
+        Every check that depends on the current state happens before the first mutation, so a
+        failure leaves everything as it was. This is the seam where a durable or remote store
+        will persist each committed batch.
+        """
+        entries = self._entries
+        policy = self._policy
+        with self._lock:
+            for label, versions in (("expected", expected), ("read", reads)):
+                for key, version in (versions or {}).items():
+                    row = entries.get(key)
+                    have = 0 if row is None else row[1]
+                    if have != version:
+                        why = (
+                            "read it again and retry"
+                            if label == "expected"
+                            else "another writer changed it after this transaction read it; "
+                            "run the transaction again"
+                        )
+                        raise VersionConflictError(
+                            f"{key!r} is at version {have}, not the {label} {version}; {why}"
+                        )
+            if policy.max_keys is not None:
+                created = {k for k, v, _ in ops if v is not REMOVED and k not in entries}
+                gone = {k for k, v, _ in ops if v is REMOVED and k in entries}
+                if created:
+                    policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
+            seq = self._seq + 1
+            at = self._now()
+            changes: list[Change] = []
+            for key, value, stamp in ops:
+                row = entries.get(key)
+                if value is REMOVED:
+                    if row is None:
+                        continue
+                    del entries[key]
+                    changes.append(
+                        _make_change(
+                            key,
+                            row[0],
+                            None,
+                            0,
+                            seq,
+                            origin,
+                            True,
+                            at,
+                            stamp,
+                            policy.is_secret(key),
+                        )
+                    )
+                    continue
+                if row is None:
+                    old, version = None, 1
+                elif same(row[0], value):
+                    continue
+                else:
+                    old, version = row[0], row[1] + 1
+                entries[key] = (value, version, seq, at, stamp)
+                changes.append(
+                    _make_change(
+                        key,
+                        old,
+                        value,
+                        version,
+                        seq,
+                        origin,
+                        False,
+                        at,
+                        stamp,
+                        policy.is_secret(key),
+                    )
+                )
+            if not changes:
+                return self._seq
+            self._seq = seq
+            batch = tuple(changes)
+            self._ring.append(batch)
+            failures = self._feed_sinks(batch) if self._sinks else None
+            if self.changed.receivers or (
+                self._subs.count and any(self._subs.for_key(c[0]) for c in batch)
+            ):
+                self._pending.append(batch)
+        if failures:
+            self._report_sink_failures(failures, batch)
+        if deliver:
+            self._deliver()
+        return seq
+
+    def _feed_sinks(self, batch: tuple[Change, ...]) -> list[tuple[object, Exception]]:
+        failures: list[tuple[object, Exception]] = []
+        for sink in self._sinks:
+            try:
+                sink.record(batch)
+            except Exception as exc:
+                failures.append((sink, exc))
+        return failures
+
+    def _report_sink_failures(
+        self, failures: list[tuple[object, Exception]], batch: tuple[Change, ...]
+    ) -> None:
+        for sink, exc in failures:
+            self._report_failure(sink, exc, batch)
+
+    # -- delivery ----------------------------------------------------------------------------
+
+    def _deliver(self) -> None:
+        """Deliver pending batches in commit order, breadth-first, from one thread at a time.
+
+        A receiver's own write is committed at once but queued here, so chains of writes never
+        recurse; another thread's write that arrives during delivery is delivered by this loop.
+        """
+        lock = self._lock
+        pending = self._pending
+        with lock:
+            if self._delivering or not pending:
+                return
+            self._delivering = True
+        try:
+            while True:
+                with lock:
+                    if not pending:
+                        self._delivering = False
+                        return
+                    batch = pending.popleft()
+                self._dispatch(batch)
+        except BaseException:
+            with lock:
+                self._delivering = False
+            raise
+
+    def _dispatch(self, batch: tuple[Change, ...]) -> None:
+        signal = self.changed
+        if signal.receivers:
+            for receiver in signal.receivers_for(self):
+                try:
+                    receiver(self, changes=batch)
+                except Exception as exc:
+                    self._report_failure(receiver, exc, batch)
+        subs = self._subs
+        if not subs.count:
+            return
+        if len(batch) == 1:
+            for sub in subs.for_key(batch[0][0]):
+                if sub.active:
+                    try:
+                        sub.callback(batch)
+                    except Exception as exc:
+                        self._report_failure(sub.callback, exc, batch)
+            return
+        grouped: dict[Subscription, list[Change]] = {}
+        for change in batch:
+            for sub in subs.for_key(change[0]):
+                grouped.setdefault(sub, []).append(change)
+        for sub in sorted(grouped, key=lambda s: s.id):
+            if sub.active:
+                try:
+                    sub.callback(tuple(grouped[sub]))
+                except Exception as exc:
+                    self._report_failure(sub.callback, exc, batch)
+
+    def _report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
+        keys = ", ".join(sorted({c[0] for c in batch}))
+        name = getattr(receiver, "__qualname__", None) or repr(receiver)
+        log.error(
+            "state receiver %s failed on a change to %s (seq %d); the write stands and other "
+            "receivers still ran",
+            name,
+            keys,
+            batch[0][4],
+            exc_info=exc,
+        )
+        if self.receiver_failed.receivers:
+            try:
+                self.receiver_failed.send(self, receiver=receiver, error=exc, changes=batch)
+            except Exception:
+                log.exception("a receiver_failed handler failed too")
+
+    # -- subscriptions and watchers ----------------------------------------------------------
+
+    def subscribe(
+        self,
+        callback: Callback,
+        keys: Iterable[str | Key[Any]] | None = None,
+        pattern: str | Iterable[str] | None = None,
+    ) -> Subscription:
+        """Call ``callback(changes)`` once per committed batch touching the watched keys.
+
+        ``keys`` (exact keys) and ``pattern`` (one or more ``*`` patterns) filter what is
+        delivered; with neither, every change is. ``changes`` holds only the matching changes of
+        the batch, in commit order. A callback that raises is logged and reported on
+        ``receiver_failed``; the write and the other subscribers are unaffected.
+        """
+        names = None if keys is None else [self._name(k) for k in keys]
+        return self._subs.make(self, callback, names, pattern)
+
+    def watch(
+        self,
+        key: str | Key[Any],
+        when: Trigger | Callable[[Any, Any], bool],
+        action: Callable[[Change], Any],
+    ) -> Subscription:
+        """Call ``action(change)`` whenever a change to ``key`` satisfies ``when(old, new)``.
+
+        Use the predicates in :mod:`slateflow.when` (``changed_to``, ``crossed_above``, ...).
+        """
+        name = self._name(key)
+
+        def on_change(changes: tuple[Change, ...]) -> None:
+            for change in changes:
+                if when(copy_json(change[1]), copy_json(change[2])):
+                    action(change)
+
+        action_name = getattr(action, "__qualname__", repr(action))
+        on_change.__qualname__ = f"watch({name!r}, {when!r}, {action_name})"
+        return self.subscribe(on_change, keys=[name])
+
+    # -- async waits -------------------------------------------------------------------------
+
+    async def wait_for(self, key: str | Key[Any], *, timeout: float | None = None) -> Any:
+        """Wait until ``key`` is set and return its value (at once if it already is).
+
+        Wakes on writes from any thread. Raises :class:`WaitTimeoutError` (a ``TimeoutError``)
+        after ``timeout`` seconds; cancelling the waiting task leaves nothing behind.
+        """
+        name = self._name(key)
+        waiter = _Waiter()
+        sub = self.subscribe(waiter.wake, keys=[name])
+        try:
+            with anyio.fail_after(timeout):
+                while True:
+                    event = waiter.arm()
+                    value = self.get(key, _MISSING)
+                    if value is not _MISSING:
+                        return value
+                    await event.wait()
+        except TimeoutError:
+            raise WaitTimeoutError(
+                f"timed out after {timeout}s waiting for {name!r} to be set"
+            ) from None
+        finally:
+            sub.close()
+
+    async def wait_until(
+        self,
+        predicate: Callable[[State], Any],
+        *,
+        keys: Iterable[str | Key[Any]] | None = None,
+        pattern: str | Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Wait until ``predicate(state)`` is truthy and return what it returned.
+
+        The predicate is checked now and after every committed batch touching ``keys`` /
+        ``pattern`` (every batch if neither is given), at delivery time, so a condition that is
+        true only briefly is still seen. An exception from the predicate is raised here.
+        Raises :class:`WaitTimeoutError` after ``timeout`` seconds.
+        """
+        waiter = _Waiter()
+
+        def check(changes: object = None) -> None:
+            if waiter.result is not _MISSING or waiter.error is not None:
+                return
+            try:
+                result = predicate(self)
+            except Exception as exc:
+                waiter.error = exc
+                waiter.wake()
+                return
+            if result:
+                waiter.result = result
+                waiter.wake()
+
+        sub = self.subscribe(check, keys=keys, pattern=pattern)
+        try:
+            with anyio.fail_after(timeout):
+                while True:
+                    event = waiter.arm()
+                    check()
+                    if waiter.error is not None:
+                        raise waiter.error
+                    if waiter.result is not _MISSING:
+                        return waiter.result
+                    await event.wait()
+        except TimeoutError:
+            what = getattr(predicate, "__qualname__", repr(predicate))
+            raise WaitTimeoutError(
+                f"timed out after {timeout}s waiting until {what} held"
+            ) from None
+        finally:
+            sub.close()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def transaction(self) -> Transaction:
+        """A transaction: ``with state.transaction() as tx: ...`` commits all writes as one batch.
+
+        See :class:`Transaction` for isolation (optimistic, conflict-checked) and nesting.
+        """
+        return Transaction(self, self._txvar.get() if self._tx_open else None)
+
+    def _enter_tx(self, tx: Transaction) -> Token[Transaction | None]:
+        with self._lock:
+            self._tx_open += 1
+        return self._txvar.set(tx)
+
+    def _exit_tx(self, token: Token[Transaction | None]) -> None:
+        self._txvar.reset(token)
+        with self._lock:
+            self._tx_open -= 1
+
+    # -- governance and schemas --------------------------------------------------------------
+
+    def policy(
+        self,
+        pattern: str | None = None,
+        *,
+        read_only: bool = False,
+        sources: Iterable[str] | None = None,
+        writers: Iterable[str] | None = None,
+        max_bytes: int | None = None,
+        secret: bool = False,
+        max_keys: int | None = None,
+    ) -> Policy:
+        """Add a governance rule for ``pattern`` (and/or set ``max_keys``); returns the policy.
+
+        ``state.policy("verify:*", writers=["verify"])`` lets only the ``verify`` resolver write
+        its keys; ``state.policy("user:card", secret=True)`` masks a value wherever the state is
+        shown. Rules govern later writes; existing values are not re-checked.
+        """
+        with self._lock:
+            if max_keys is not None:
+                self._policy.max_keys = max_keys
+            if pattern is not None:
+                self._policy.add(
+                    Rule(
+                        pattern,
+                        read_only=read_only,
+                        sources=None if sources is None else frozenset(sources),
+                        writers=None if writers is None else frozenset(writers),
+                        max_bytes=max_bytes,
+                        secret=secret,
+                    )
+                )
+        return self._policy
+
+    def is_secret(self, key: str | Key[Any]) -> bool:
+        """Whether ``key`` is marked secret by the policy."""
+        return self._secret(self._name(key))
+
+    def declare(self, key: str | Key[Any], type_: Any = None) -> None:
+        """Declare the type of a key or ``*`` pattern; later writes are validated against it.
+
+        ``state.declare("booking:party_size", int)``, ``state.declare("*:result", str)``, or
+        ``state.declare(BOOKING)`` for a :class:`Key`. The most specific declaration matching a
+        key wins. Values already stored under it must match, or :class:`SchemaError` lists them
+        and nothing is declared.
+        """
+        decl = self._schemas.add(key, type_)
+        with self._lock:
+            bad = []
+            for name, row in self._entries.items():
+                if decl.pattern.matches(name):
+                    try:
+                        Schemas.check(decl, name, row[0])
+                    except SchemaError as exc:
+                        bad.append(str(exc))
+            if bad:
+                raise SchemaError(
+                    f"cannot declare {decl.pattern.text!r}: {len(bad)} stored value(s) do not "
+                    "match; fix or remove them first:\n" + "\n".join(bad)
+                )
+            self._schemas.activate(decl)
+
+    # -- journal -----------------------------------------------------------------------------
+
+    @property
+    def cursor(self) -> int:
+        """The seq of the last committed batch (0 for a new state)."""
+        return self._seq
+
+    def mutations_since(self, cursor: int) -> list[Mutation]:
+        """Every mutation committed after ``cursor``, oldest first.
+
+        Raises :class:`CursorExpiredError` when the journal ring no longer holds all of them.
+        """
+        with self._lock:
+            return self._ring.since(cursor)
+
+    def add_sink(self, sink: JournalSink) -> None:
+        """Feed every later committed batch to ``sink`` as well."""
+        if not callable(getattr(sink, "record", None)):
+            raise TypeError(f"{sink!r} is not a journal sink (it needs a record(mutations) method)")
+        with self._lock:
+            self._sinks = (*self._sinks, sink)
+
+    def remove_sink(self, sink: JournalSink) -> None:
+        """Stop feeding ``sink``."""
+        with self._lock:
+            self._sinks = tuple(s for s in self._sinks if s is not sink)
+
+    # -- snapshots and formatting ------------------------------------------------------------
+
+    def snapshot(self, *, redact: bool = False) -> dict[str, Any]:
+        """The whole state as JSON-ready data: values, versions, seqs and provenance.
+
+        ``State.restore(snapshot)`` rebuilds it exactly. ``redact=True`` masks secret values
+        (for logs and people; a redacted snapshot cannot be restored).
+        """
+        with self._lock:
+            rows = list(self._entries.items())
+            seq = self._seq
+        entries = {}
+        for key, (value, version, row_seq, at, stamp) in rows:
+            masked = redact and self._secret(key)
+            entries[key] = {
+                "value": SECRET_MASK if masked else copy_json(value),
+                "version": version,
+                "seq": row_seq,
+                "provenance": stamp.provenance(at).model_dump(mode="json"),
+            }
+        return {"format": SNAPSHOT_FORMAT, "seq": seq, "redacted": redact, "entries": entries}
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: Mapping[str, Any],
+        *,
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+    ) -> State:
+        """A new state rebuilt exactly from :meth:`snapshot` output (values, versions, seqs,
+        provenance, cursor). Raises :class:`SnapshotError` naming the first bad part."""
+        if not isinstance(snapshot, Mapping) or snapshot.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(
+                f"not a slateflow snapshot (expected format {SNAPSHOT_FORMAT!r}); "
+                "pass what state.snapshot() returned"
+            )
+        if snapshot.get("redacted"):
+            raise SnapshotError(
+                "cannot restore a redacted snapshot: its secret values are masked; "
+                "take one with snapshot(redact=False)"
+            )
+        seq = snapshot.get("seq")
+        raw = snapshot.get("entries")
+        if type(seq) is not int or seq < 0 or not isinstance(raw, Mapping):
+            raise SnapshotError("snapshot needs an int 'seq' >= 0 and an 'entries' mapping")
+        state = cls(policy=policy, journal_size=journal_size, clock=clock, sinks=sinks)
+        for key, item in raw.items():
+            try:
+                check_key(key)
+                if key.startswith(META_PREFIX):
+                    raise SnapshotError(f"{key!r} is a reserved key")
+                value = clean(item["value"], key)
+                version, row_seq = item["version"], item["seq"]
+                if type(version) is not int or version < 1:
+                    raise SnapshotError(f"version {version!r} is not an int >= 1")
+                if type(row_seq) is not int or not 1 <= row_seq <= seq:
+                    raise SnapshotError(f"seq {row_seq!r} is not between 1 and {seq}")
+                prov = Provenance.model_validate(item["provenance"])
+            except SnapshotError as exc:
+                raise SnapshotError(f"snapshot entry {key!r}: {exc}") from None
+            except Exception as exc:
+                raise SnapshotError(f"snapshot entry {key!r} is invalid: {exc}") from None
+            state._entries[key] = (value, version, row_seq, dt_to_ns(prov.at), Stamp.of(prov))
+        state._seq = seq
+        state._ring.clear(seq)
+        return state
+
+    def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
+        """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""
+        lines = []
+        for key in self._keys(prefix):
+            row = self._entries.get(key)
+            if row is None:
+                continue
+            value = SECRET_MASK if self._secret(key) else repr(row[0])
+            line = f"{key} = {value}"
+            if provenance:
+                stamp = row[4]
+                who = stamp.source + (f"/{stamp.writer}" if stamp.writer else "")
+                conf = "" if stamp.confidence is None else f", confidence {stamp.confidence:g}"
+                line += f"  (v{row[1]}, {who}{conf})"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<State {len(self._entries)} keys, seq {self._seq}>"
+
+    # -- scopes ------------------------------------------------------------------------------
+
+    @cached_property
+    def app(self) -> ScopedView:
+        """Keys under ``app:`` (application-wide configuration and facts)."""
+        return ScopedView(self, "app")
+
+    @cached_property
+    def user(self) -> ScopedView:
+        """Keys under ``user:`` (what is known about the person)."""
+        return ScopedView(self, "user")
+
+    @cached_property
+    def session(self) -> ScopedView:
+        """Keys under ``session:`` (this conversation)."""
+        return ScopedView(self, "session")
+
+    @cached_property
+    def temp(self) -> ScopedView:
+        """Keys under ``temp:`` (scratch; cleared by :meth:`end_turn`)."""
+        return ScopedView(self, "temp")
+
+    @cached_property
+    def turn(self) -> ScopedView:
+        """Keys under ``turn:`` (this turn only; cleared by :meth:`end_turn`)."""
+        return ScopedView(self, "turn")
+
+    @cached_property
+    def bg(self) -> ScopedView:
+        """Keys under ``bg:`` (background work bookkeeping)."""
+        return ScopedView(self, "bg")
+
+    @cached_property
+    def derived(self) -> ReadOnlyView:
+        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError)."""
+        return ReadOnlyView(self, "derived")
+
+
+def provenance(state: State, key: str | Key[Any]) -> str | None:
+    """The provenance source (``"agent"``, ``"fetch"``, ``"user"``, ...) of ``key``'s value.
+
+    None when the key is not set. The full record is ``state.provenance(key)``.
+    """
+    record = state.provenance(key)
+    return None if record is None else record.source

@@ -1,0 +1,142 @@
+"""Subscriptions and the index that routes each change only to the subscriptions that watch it."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .keys import Pattern, check_key, compile_pattern
+from .records import Change
+
+if TYPE_CHECKING:
+    from .store import State
+
+__all__ = ["Callback", "Subscription", "SubscriptionIndex"]
+
+Callback = Callable[[tuple[Change, ...]], Any]
+"""A subscriber: called once per committed batch with the changes it watches, in commit order."""
+
+_ids = itertools.count(1)
+
+
+class Subscription:
+    """A live subscription to a state's changes; ``close()`` (or leave its ``with`` block) to stop.
+
+    ``keys`` and ``patterns`` say what it watches (both empty: everything). Closing is idempotent
+    and takes effect for batches delivered after it returns.
+    """
+
+    __slots__ = ("__weakref__", "_state", "active", "callback", "id", "keys", "patterns")
+
+    def __init__(
+        self,
+        state: State,
+        callback: Callback,
+        keys: frozenset[str],
+        patterns: tuple[Pattern, ...],
+    ) -> None:
+        self._state = state
+        self.callback = callback
+        self.keys = keys
+        self.patterns = patterns
+        self.id = next(_ids)
+        self.active = True
+
+    def close(self) -> None:
+        """Stop receiving changes."""
+        if self.active:
+            self.active = False
+            self._state._subs.remove(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        what = sorted(self.keys) + [p.text for p in self.patterns] or ["*"]
+        name = getattr(self.callback, "__qualname__", repr(self.callback))
+        return f"<Subscription #{self.id} {name} on {', '.join(what)}>"
+
+
+def _merge(*groups: Sequence[Subscription]) -> tuple[Subscription, ...]:
+    # Subscriptions are called in the order they were made, whichever index found them.
+    return tuple(sorted({s.id: s for g in groups for s in g}.values(), key=lambda s: s.id))
+
+
+class SubscriptionIndex:
+    """Routes a key to the subscriptions watching it.
+
+    Exact keys are a dict lookup, so a write costs the same whatever the number of subscriptions
+    on *other* keys. Pattern subscriptions are matched once per key and cached. All tuples are
+    replaced, never mutated, so delivery can iterate them without a lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_key: dict[str, tuple[Subscription, ...]] = {}
+        self.by_pattern: tuple[Subscription, ...] = ()
+        self.everything: tuple[Subscription, ...] = ()
+        self._pattern_cache: dict[str, tuple[Subscription, ...]] = {}
+        self.count = 0
+
+    def make(
+        self,
+        state: State,
+        callback: Callback,
+        keys: Iterable[str] | None,
+        pattern: str | Iterable[str] | None,
+    ) -> Subscription:
+        if not callable(callback):
+            raise TypeError(f"subscribe() needs a callable, got {callback!r}")
+        key_set = frozenset(check_key(k) for k in (keys or ()))
+        texts = [pattern] if isinstance(pattern, str) else list(pattern or ())
+        sub = Subscription(state, callback, key_set, tuple(compile_pattern(p) for p in texts))
+        with self._lock:
+            for k in key_set:
+                self.by_key[k] = (*self.by_key.get(k, ()), sub)
+            if sub.patterns:
+                self.by_pattern = (*self.by_pattern, sub)
+                self._pattern_cache = {}
+            if not key_set and not sub.patterns:
+                self.everything = (*self.everything, sub)
+            self.count += 1
+        return sub
+
+    def remove(self, sub: Subscription) -> None:
+        with self._lock:
+            for k in sub.keys:
+                rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
+                if rest:
+                    self.by_key[k] = rest
+                else:
+                    self.by_key.pop(k, None)
+            if sub.patterns:
+                self.by_pattern = tuple(s for s in self.by_pattern if s is not sub)
+                self._pattern_cache = {}
+            self.everything = tuple(s for s in self.everything if s is not sub)
+            self.count -= 1
+
+    def _pattern_subs(self, key: str) -> tuple[Subscription, ...]:
+        cache = self._pattern_cache
+        found = cache.get(key)
+        if found is None:
+            found = tuple(s for s in self.by_pattern if any(p.matches(key) for p in s.patterns))
+            if len(cache) > 100_000:
+                cache.clear()
+            cache[key] = found
+        return found
+
+    def for_key(self, key: str) -> tuple[Subscription, ...]:
+        """Subscriptions watching ``key``, in the order they were made."""
+        exact = self.by_key.get(key, ())
+        patterned = self._pattern_subs(key) if self.by_pattern else ()
+        every = self.everything
+        if not patterned and not every:
+            return exact
+        if not exact and not patterned:
+            return every
+        return _merge(exact, patterned, every)

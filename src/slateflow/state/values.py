@@ -1,0 +1,121 @@
+"""Values: what the state accepts, how it copies them, and when two values are the same.
+
+The state stores plain JSON data only: ``None``, ``bool``, ``int``, finite ``float``, ``str``,
+``list`` and ``dict`` with ``str`` keys. A pydantic model is stored as its JSON dump
+(``model_dump(mode="json")``); read it back typed through a :class:`~slateflow.Key`. NaN and the
+infinities are refused because JSON has no spelling for them. Tuples, sets, bytes and other objects
+are refused rather than silently converted, so what you read back is what you meant to write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel
+
+from ..errors import StateValueError
+
+__all__ = ["JSON", "clean", "copy_json", "same", "serialized_size"]
+
+JSON: TypeAlias = Any
+"""A JSON-compatible value (kept as ``Any`` so user code needs no casts)."""
+
+_CONTAINERS = (dict, list)
+MAX_DEPTH = 200
+
+
+def _where(path: str) -> str:
+    return f" at {path}" if path else ""
+
+
+def _clean(value: object, key: str, path: str, depth: int) -> JSON:
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return value
+        raise StateValueError(
+            f"value for {key!r}{_where(path)} is {value!r}; JSON has no NaN or infinity, "
+            "store None or a string instead"
+        )
+    if depth > MAX_DEPTH:
+        raise StateValueError(
+            f"value for {key!r}{_where(path)} is nested more than {MAX_DEPTH} levels deep "
+            "(or contains itself)"
+        )
+    if isinstance(value, dict):
+        out: dict[str, JSON] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                if not isinstance(k, str):
+                    raise StateValueError(
+                        f"value for {key!r}{_where(path)} has a {type(k).__name__} dict key {k!r}; "
+                        "JSON objects have string keys, convert it with str()"
+                    )
+                k = str.__str__(k)
+            out[k] = _clean(v, key, f"{path}[{k!r}]", depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_clean(v, key, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    # Subclasses of the JSON scalars (str/int enums, numpy-free int subclasses) are stored as
+    # the plain scalar so that reads, snapshots and equality behave like JSON.
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, float):
+        return _clean(float(value), key, path, depth)
+    hint = " (use a list)" if isinstance(value, tuple | set | frozenset) else ""
+    raise StateValueError(
+        f"value for {key!r}{_where(path)} is a {t.__name__}{hint}; the state holds JSON-compatible "
+        "data (None, bool, int, float, str, list, dict with str keys) or pydantic models"
+    )
+
+
+def clean(value: object, key: str) -> JSON:
+    """Validate ``value`` for ``key`` and return a private deep copy of it as plain JSON data.
+
+    Raises :class:`StateValueError` naming the key and the path of the offending part.
+    """
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    return _clean(value, key, "", 0)
+
+
+def copy_json(value: JSON) -> JSON:
+    """A deep copy of JSON data (scalars are immutable and returned as they are)."""
+    t = type(value)
+    if t is dict:
+        return {k: copy_json(v) if type(v) in _CONTAINERS else v for k, v in value.items()}
+    if t is list:
+        return [copy_json(v) if type(v) in _CONTAINERS else v for v in value]
+    return value
+
+
+def same(a: JSON, b: JSON) -> bool:
+    """JSON equality: ``==`` except that ``1``, ``1.0``, ``True`` (and ``0.0``, ``-0.0``) differ."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    t = type(a)
+    if t is dict:
+        return all(same(v, b[k]) for k, v in a.items())
+    if t is list:
+        return all(same(x, y) for x, y in zip(a, b, strict=True))
+    if t is float:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return True
+
+
+def serialized_size(value: JSON) -> int:
+    """Size in bytes of ``value`` as compact UTF-8 JSON (what a store or the wire would carry)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
