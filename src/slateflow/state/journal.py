@@ -87,7 +87,8 @@ class Ring:
         if type(size) is not int or size < 0:
             raise ValueError(f"journal_size must be a non-negative int, got {size!r}")
         self.size = size
-        self.records: deque[Mutation] = deque(maxlen=size or None)
+        # maxlen 0 keeps nothing; the state's inlined append checks maxlen first.
+        self.records: deque[Mutation] = deque(maxlen=size)
         self.dropped_seq = 0
 
     def append(self, batch: Sequence[Mutation]) -> None:
