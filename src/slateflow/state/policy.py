@@ -34,6 +34,12 @@ class Rule:
 
     def __post_init__(self) -> None:
         compile_pattern(self.pattern)  # raises InvalidKeyError for a bad pattern
+        for name in ("sources", "writers"):
+            names = getattr(self, name)
+            if names is not None and not isinstance(names, frozenset):
+                # A lone string is one name, not a set of characters.
+                names = frozenset([names] if isinstance(names, str) else names)
+                object.__setattr__(self, name, names)
         if self.max_bytes is not None and (type(self.max_bytes) is not int or self.max_bytes < 1):
             raise ValueError(f"max_bytes for {self.pattern!r} must be a positive int")
 

@@ -67,6 +67,11 @@ class Schemas:
         self.decls.append(decl)
         self._cache = {}
 
+    def deactivate(self, decl: _Declaration) -> None:
+        """Withdraw ``decl`` (a declaration refused after activation)."""
+        self.decls.remove(decl)
+        self._cache = {}
+
     def find(self, key: str) -> _Declaration | None:
         """The declaration governing ``key``, if any."""
         try:

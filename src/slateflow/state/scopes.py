@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ReadOnlyError
 from .records import Entry
+from .values import MISSING as _MISSING
 
 if TYPE_CHECKING:
     from .store import State
@@ -15,8 +16,6 @@ __all__ = ["SCOPES", "ReadOnlyView", "ScopedView"]
 
 SCOPES = ("app", "user", "session", "temp", "turn", "bg", "derived")
 """The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``state.end_turn()``)."""
-
-_MISSING: Any = object()
 
 
 class ScopedView:

@@ -34,8 +34,8 @@ from .records import SECRET_MASK, Change, Entry, Mutation
 from .schema import Schemas, validate_with
 from .scopes import ReadOnlyView, ScopedView
 from .subscriptions import Callback, Subscription, SubscriptionIndex
-from .transaction import REMOVED, Transaction
-from .values import JSON, clean, copy_json, same
+from .transaction import Transaction
+from .values import JSON, MISSING, REMOVED, clean, copy_json, same
 from .when import Trigger
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
@@ -45,7 +45,7 @@ log = logging.getLogger("slateflow.state")
 
 SNAPSHOT_FORMAT = "slateflow.snapshot/1"
 
-_MISSING: Any = object()
+_MISSING = MISSING
 _CONTAINERS = (dict, list)
 _make_change = Change.make
 _new_tuple = tuple.__new__
@@ -177,19 +177,19 @@ class State:
         """Validate a write of ``value`` to ``key`` (key, value, schema, policy)."""
         if type(key) is str:
             name = key
-            if name not in self._entries:
-                self._check_new_key(name)
-            cleaned = clean(value, name)
         elif isinstance(key, Key):
             name = key.name
-            if name not in self._entries:
-                self._check_new_key(name)
-            cleaned = clean(validate_with(key.adapter, name, value, key.type), name)
+            value = validate_with(key.adapter, name, value, key.type)
         else:
             check_key(key)
             raise AssertionError("unreachable")  # pragma: no cover
-        if self._schemas.decls:
-            cleaned = self._schemas.validate(name, cleaned)
+        if name not in self._entries:
+            self._check_new_key(name)
+        # A declared type sees the value as written (a datetime, a model) and yields its JSON.
+        decl = self._schemas.find(name) if self._schemas.decls else None
+        if decl is not None:
+            value = Schemas.check(decl, name, value)
+        cleaned = clean(value, name)
         if self._policy.active:
             self._policy.check(name, cleaned, stamp)
         return name, cleaned
@@ -480,6 +480,7 @@ class State:
                 confidence=confidence,
                 meta=meta,
                 remove=remove,
+                expected_versions=expected_versions,
             )
         if meta is None and source == "user" and writer is None and confidence is None:
             stamp = self._default_stamp
@@ -556,7 +557,9 @@ class State:
         it quick and do not wait on other threads inside it. Returns the new value.
         """
         if self._tx_open and (tx := self._txvar.get()) is not None:
-            return tx.modify(key, default, fn, source=source, writer=writer)
+            return tx.modify(
+                key, default, fn, source=source, writer=writer, confidence=confidence, meta=meta
+            )
         name = self._name(key)
         stamp = self._stamp(name, source, writer, confidence, meta)
         with self._lock:
@@ -582,9 +585,7 @@ class State:
         ``new`` exists (unless ``overwrite=True``). Returns ``new``'s version.
         """
         if self._tx_open and (tx := self._txvar.get()) is not None:
-            value = tx.require(old)
-            tx.remove(old, source=source, writer=writer)
-            return tx.set(new, value, source=source, writer=writer)
+            return tx.rename(old, new, overwrite=overwrite, source=source, writer=writer)
         stamp = self._stamp(old, source, writer, None, None)
         self._check_remove(old, stamp)
         with self._lock:
@@ -985,8 +986,8 @@ class State:
                     Rule(
                         pattern,
                         read_only=read_only,
-                        sources=None if sources is None else frozenset(sources),
-                        writers=None if writers is None else frozenset(writers),
+                        sources=_names(sources),
+                        writers=_names(writers),
                         max_bytes=max_bytes,
                         secret=secret,
                     )
@@ -1007,19 +1008,22 @@ class State:
         """
         decl = self._schemas.add(key, type_)
         with self._lock:
+            self._schemas.activate(decl)
             bad = []
+            # Only keys this declaration wins are checked: a more specific one still governs
+            # the others.
             for name, row in self._entries.items():
-                if decl.pattern.matches(name):
+                if decl.pattern.matches(name) and self._schemas.find(name) is decl:
                     try:
                         Schemas.check(decl, name, row[0])
                     except SchemaError as exc:
                         bad.append(str(exc))
             if bad:
+                self._schemas.deactivate(decl)
                 raise SchemaError(
                     f"cannot declare {decl.pattern.text!r}: {len(bad)} stored value(s) do not "
                     "match; fix or remove them first:\n" + "\n".join(bad)
                 )
-            self._schemas.activate(decl)
 
     # -- journal -----------------------------------------------------------------------------
 
@@ -1174,6 +1178,13 @@ class State:
     def derived(self) -> ReadOnlyView:
         """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError)."""
         return ReadOnlyView(self, "derived")
+
+
+def _names(names: Iterable[str] | None) -> frozenset[str] | None:
+    # A lone string is one name, not a set of characters.
+    if names is None:
+        return None
+    return frozenset([names] if isinstance(names, str) else names)
 
 
 def provenance(state: State, key: str | Key[Any]) -> str | None:

@@ -6,18 +6,23 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingKeyError, TransactionError, VersionConflictError
-from .keys import Key
+from ..errors import (
+    KeyExistsError,
+    MissingKeyError,
+    StateValueError,
+    TransactionError,
+    VersionConflictError,
+)
+from .keys import META_PREFIX, Key
 from .provenance import Stamp
-from .values import JSON, clean, copy_json
+from .values import JSON, MISSING, REMOVED, clean, copy_json
 
 if TYPE_CHECKING:
     from .store import State
 
 __all__ = ["Transaction"]
 
-_MISSING: Any = object()
-REMOVED: Any = object()
+_MISSING = MISSING
 
 
 class Transaction:
@@ -105,22 +110,30 @@ class Transaction:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _read(self, name: str) -> JSON:
-        """The raw value of ``name`` as this transaction sees it (``_MISSING`` when absent)."""
+    def _read_row(self, name: str) -> tuple[JSON, Stamp | None]:
+        """``(raw value, stamp)`` of ``name`` as this transaction sees it (``_MISSING`` value
+        when absent); records the committed version read, for the conflict check."""
         if name in self._writes:
-            value = self._writes[name][0]
-            return _MISSING if value is REMOVED else value
+            value, stamp = self._writes[name]
+            return (_MISSING, None) if value is REMOVED else (value, stamp)
         if self._parent is not None:
-            return self._parent._read(name)
+            return self._parent._read_row(name)
         entry = self._state._entries.get(name)
         self._reads.setdefault(name, entry[1] if entry is not None else 0)
-        return _MISSING if entry is None else entry[0]
+        return (_MISSING, None) if entry is None else (entry[0], entry[4])
+
+    def _read(self, name: str) -> JSON:
+        """The raw value of ``name`` as this transaction sees it (``_MISSING`` when absent)."""
+        return self._read_row(name)[0]
 
     def get(self, key: str | Key[Any], default: Any = None) -> Any:
         """Like :meth:`State.get`, seeing this transaction's buffered writes."""
         name = self._state._name(key)
         value = self._read(name)
         if value is _MISSING:
+            # Reserved and invalid keys behave as outside a transaction.
+            if type(key) is str and (key.startswith(META_PREFIX) or key not in self._writes):
+                return self._state._get_missing(key, default)
             return default
         if isinstance(key, Key):
             return self._state._typed(key, value)
@@ -203,6 +216,7 @@ class Transaction:
         confidence: float | None = None,
         meta: Mapping[str, Any] | None = None,
         remove: Iterable[str | Key[Any]] = (),
+        expected_versions: Mapping[str, int] | None = None,
     ) -> int:
         """Buffer several writes (and removals of the ``remove`` keys that exist)."""
         self._check_open()
@@ -210,11 +224,20 @@ class Transaction:
         for key, value in mapping.items():
             stamp = self._state._stamp(key, source, writer, confidence, meta)
             staged.append((*self._state._prepare(key, value, stamp), stamp))
+        written = {name for name, _, _ in staged}
         for key in remove:
             stamp = self._state._stamp(key, source, writer, None, None)
             name = self._state._name(key)
             self._state._check_remove(name, stamp)
+            if name in written:
+                raise StateValueError(
+                    f"update() both writes and removes {name!r}; do one or the other"
+                )
             staged.append((name, REMOVED, stamp))
+        for name, version in (expected_versions or {}).items():
+            self._state._check_version_arg(name, version)
+        for name, version in (expected_versions or {}).items():
+            self._expect(name, version)
         for name, cleaned, stamp in staged:
             if cleaned is REMOVED and self._read(name) is _MISSING:
                 continue
@@ -250,14 +273,47 @@ class Transaction:
         *,
         source: str = "user",
         writer: str | None = None,
+        confidence: float | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> Any:
         """Buffer ``fn(current value or default)`` as the key's new value; returns it."""
         name = self._state._name(key)
         current = self._read(name)
         current = copy_json(clean(default, name) if current is _MISSING else current)
         new = fn(current)
-        self.set(key, new, source=source, writer=writer)
+        self.set(key, new, source=source, writer=writer, confidence=confidence, meta=meta)
         return copy_json(self._writes[name][0])
+
+    def rename(
+        self,
+        old: str,
+        new: str,
+        *,
+        overwrite: bool = False,
+        source: str = "user",
+        writer: str | None = None,
+    ) -> int:
+        """Buffer a rename (see :meth:`State.rename`); returns ``new``'s version-to-be."""
+        self._check_open()
+        stamp = self._state._stamp(old, source, writer, None, None)
+        self._state._check_remove(old, stamp)
+        value, kept = self._read_row(old)
+        if value is _MISSING or kept is None:
+            raise MissingKeyError(f"cannot rename {old!r}: it is not set")
+        if new == old:
+            entry = self._state._entries.get(old)
+            return entry[1] if entry is not None and old not in self._writes else 1
+        if self._read(new) is not _MISSING and not overwrite:
+            raise KeyExistsError(
+                f"cannot rename {old!r} to {new!r}: {new!r} exists; pass overwrite=True"
+            )
+        name, cleaned = self._state._prepare(new, value, kept)
+        if self._state._policy.active:
+            self._state._policy.check(name, cleaned, stamp)
+        self._writes[old] = (REMOVED, stamp)
+        self._writes[name] = (cleaned, kept)
+        entry = self._state._entries.get(name)
+        return entry[1] + 1 if entry is not None else 1
 
     def __repr__(self) -> str:
         return f"<Transaction {self.status}, {len(self._writes)} buffered writes>"

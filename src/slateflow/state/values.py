@@ -17,12 +17,17 @@ from pydantic import BaseModel
 
 from ..errors import StateValueError
 
-__all__ = ["JSON", "clean", "copy_json", "same", "serialized_size"]
+__all__ = ["JSON", "MISSING", "REMOVED", "clean", "copy_json", "same", "serialized_size"]
 
 JSON: TypeAlias = Any
 """A JSON-compatible value (kept as ``Any`` so user code needs no casts)."""
 
 _CONTAINERS = (dict, list)
+
+MISSING: Any = object()
+"""Sentinel: no value (no default given, or the key is absent)."""
+REMOVED: Any = object()
+"""Sentinel: a buffered or batched removal."""
 MAX_DEPTH = 200
 
 
