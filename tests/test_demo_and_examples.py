@@ -1,0 +1,123 @@
+"""The demo, the examples and every Python snippet in the docs actually run."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from slateflow.__main__ import main
+from slateflow.demo import ManualClock, run
+
+ROOT = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+DOC_PAGES = ["README.md", "docs/index.md", "docs/state.md", "docs/errors.md"]
+
+
+def python_blocks(page: str) -> list[str]:
+    return FENCE.findall((ROOT / page).read_text(encoding="utf-8"))
+
+
+def run_blocks(blocks: list[str], page: str) -> None:
+    """Execute ``blocks`` in order in one namespace; a block with top-level await runs on anyio."""
+    namespace: dict[str, Any] = {"__name__": f"docs_{Path(page).stem}"}
+    for i, block in enumerate(blocks, 1):
+        code = compile(block, f"{page} block {i}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        with contextlib.redirect_stdout(io.StringIO()):
+            if code.co_flags & inspect.CO_COROUTINE:  # the block awaits at top level
+
+                async def block_main(code: Any = code) -> None:
+                    await eval(code, namespace)
+
+                anyio.run(block_main)
+            else:
+                exec(code, namespace)
+
+
+def test_demo_runs_from_the_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "slateflow", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for phrase in [
+        "slateflow demo: a voice agent books a table",
+        "booking:party_size = 4  (extraction/slot_filler, confidence 0.92, v1)",
+        "availability:result = ['19:00', '19:30', '20:15']  (fetch/availability, v1)",
+        '>> agent: "Good news',
+        "state.provenance('availability:result').source = 'fetch'",
+        "'resolver': 'slot_filler'",
+        "PolicyViolation: writer 'summariser' (source 'llm') may not write 'availability:result'",
+        "StateValueError: value for 'booking:deposit' is nan",
+        "SchemaError: value for 'booking:party_size' does not match its declared type int",
+        "cursor before 5, after 5",
+        "attempt 1 rolled back:",
+        "booking:status is still None",
+        "attempt 2 committed: one batch, one signal (party of 5 at 19:30)",
+        "user:card = ***",
+        "state.end_turn() cleared 1 key(s)",
+    ]:
+        assert phrase in out, phrase
+    assert "4929 1234 5678 9012" not in out
+    assert proc.stderr == ""
+
+
+def test_demo_is_deterministic_and_leaves_the_booking_in_the_state() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    state = run(first.append)
+    run(second.append)
+    assert first == second
+    assert state.get("booking:status") == "confirmed"
+    assert state.get("booking:party_size") == 5
+    assert state.is_secret("user:card")
+    assert state.keys("turn:") == []
+
+
+def test_manual_clock_moves_on_each_read() -> None:
+    clock = ManualClock(step=2.0)
+    assert clock() + 2.0 == clock()
+
+
+def test_cli_without_a_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_cli_demo_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    assert "7. End of turn" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_booking_example_runs(backend: str) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "booking_state.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "availability:result = ['19:00', '19:30', '20:15']" in proc.stdout
+    assert "availability:error = 'booking service timed out for 2025-06-14'" in proc.stdout
+    assert "refused: writer 'guesser'" in proc.stdout
+
+
+def test_state_page_has_snippets() -> None:
+    assert len(python_blocks("docs/state.md")) >= 20
+
+
+@pytest.mark.parametrize("page", DOC_PAGES)
+def test_doc_snippets_run(page: str) -> None:
+    run_blocks(python_blocks(page), page)
