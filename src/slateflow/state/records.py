@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .provenance import Provenance, Stamp, ns_to_dt
 from .values import JSON, copy_json
@@ -16,7 +16,10 @@ SECRET_MASK = "***"
 
 _new_tuple = tuple.__new__
 
-_Fields = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, bool]
+if TYPE_CHECKING:
+    from .policy import Policy
+
+_Fields = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, "Policy"]
 
 
 class Change(_Fields):
@@ -45,10 +48,10 @@ class Change(_Fields):
         removed: bool,
         at_ns: int,
         stamp: Stamp,
-        secret: bool,
+        policy: Policy,
     ) -> Change:
         """Build a change (internal: the state builds these at commit)."""
-        return _new_tuple(cls, (key, old, new, version, seq, origin, removed, at_ns, stamp, secret))
+        return _new_tuple(cls, (key, old, new, version, seq, origin, removed, at_ns, stamp, policy))
 
     @property
     def key(self) -> str:
@@ -85,8 +88,9 @@ class Change(_Fields):
 
     @property
     def secret(self) -> bool:
-        """Whether the key was secret when committed (its values are masked when formatted)."""
-        return self[9]
+        """Whether the key is secret under the state's policy (its values are masked when
+        formatted; a rule added later masks earlier changes too)."""
+        return self[9].is_secret(self[0])
 
     @property
     def at(self) -> datetime:
@@ -98,7 +102,7 @@ class Change(_Fields):
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """A JSON-ready dict of this change; secret values are masked unless ``redact=False``."""
-        mask = redact and self[9]
+        mask = redact and self.secret
         return {
             "seq": self[4],
             "key": self[0],
@@ -111,7 +115,7 @@ class Change(_Fields):
         }
 
     def __repr__(self) -> str:
-        old, new = (SECRET_MASK, SECRET_MASK) if self[9] else (self[1], self[2])
+        old, new = (SECRET_MASK, SECRET_MASK) if self.secret else (self[1], self[2])
         what = "removed" if self[6] else f"{old!r} -> {new!r}"
         return (
             f"Change({self[0]!r}: {what}, v{self[3]}, seq {self[4]}, {self[5]}, "

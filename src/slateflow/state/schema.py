@@ -24,7 +24,10 @@ class _Declaration:
 
 
 def _type_name(type_: Any) -> str:
-    return getattr(type_, "__name__", None) or repr(type_)
+    # Plain classes read best by name; typing constructs (Annotated, unions) by their repr.
+    if isinstance(type_, type) and not hasattr(type_, "__origin__"):
+        return type_.__name__
+    return repr(type_)
 
 
 def validate_with(adapter: TypeAdapter[Any], key: str, value: JSON, type_: Any) -> JSON:

@@ -98,14 +98,34 @@ class ReadOnlyView(ScopedView):
 
     __slots__ = ()
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+    def _refuse(self, key: object = None) -> Any:
+        if isinstance(key, str):
+            target = repr(self.prefix + key)
+        elif isinstance(key, Mapping):
+            target = ", ".join(repr(self.prefix + str(k)) for k in key)
+        else:
+            target = f"the {self.prefix!r} scope"
         raise ReadOnlyError(
-            f"the {self.prefix!r} scope is read-only: its values are computed, not written; "
-            "write the inputs they are derived from instead"
+            f"cannot write {target}: the {self.prefix!r} scope is read-only through this view; "
+            "its values are computed, so write the inputs they are derived from instead"
         )
 
-    set = _refuse
-    update = _refuse
-    modify = _refuse
-    remove = _refuse
-    clear = _refuse
+    def set(self, key: str, value: Any, **kwargs: Any) -> int:
+        """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
+        return self._refuse(key)  # type: ignore[no-any-return]
+
+    def update(self, mapping: Mapping[str, Any], **kwargs: Any) -> int:
+        """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
+        return self._refuse(mapping)  # type: ignore[no-any-return]
+
+    def modify(self, key: str, default: Any, fn: Callable[[Any], Any], **kwargs: Any) -> Any:
+        """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
+        return self._refuse(key)
+
+    def remove(self, key: str, default: Any = _MISSING, **kwargs: Any) -> Any:
+        """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
+        return self._refuse(key)
+
+    def clear(self, **kwargs: Any) -> int:
+        """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
+        return self._refuse()  # type: ignore[no-any-return]

@@ -123,7 +123,8 @@ class State:
         self._schemas = Schemas()
         # Commit times are kept as integer nanoseconds: time.time_ns is the cheapest clock call.
         self._now: Callable[[], int] = (
-            time.time_ns if clock is None else (lambda: round(clock() * 1_000_000_000))
+            # A user clock is read at microsecond precision, as Provenance shows it.
+            time.time_ns if clock is None else (lambda: round(clock() * 1_000_000) * 1000)
         )
         self._default_stamp = Stamp("user", None, None, None)
         self._stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
@@ -151,15 +152,20 @@ class State:
         confidence: float | None,
         meta: Mapping[str, Any] | None,
     ) -> Stamp:
-        if meta is None:
+        cacheable = (
+            meta is None
+            and type(source) is str
+            and (writer is None or type(writer) is str)
+            and (confidence is None or type(confidence) is float)
+        )
+        if cacheable:
             if source == "user" and writer is None and confidence is None:
                 return self._default_stamp
-            cache_key = (source, writer, confidence)
-            stamp = self._stamps.get(cache_key)
+            stamp = self._stamps.get((source, writer, confidence))
             if stamp is not None:
                 return stamp
         stamp = Stamp.checked(str(key), source, writer, confidence, meta)
-        if meta is None:
+        if cacheable:
             if len(self._stamps) > 4096:
                 self._stamps = {}
             self._stamps[(source, writer, confidence)] = stamp
@@ -234,7 +240,7 @@ class State:
         With a :class:`Key`, the value is validated into the key's type. ``"state_meta:<key>"``
         returns the provenance of ``<key>`` as a dict (seed compatibility).
         """
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.get(key, default)
         try:
             row = self._entries.get(key)  # type: ignore[arg-type]
@@ -270,9 +276,9 @@ class State:
 
     def contains(self, key: str | Key[Any]) -> bool:
         """Whether ``key`` is set."""
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.contains(key)
-        return self._name(key) in self._entries
+        return self._row(key) is not None
 
     __contains__ = contains
 
@@ -285,7 +291,7 @@ class State:
         Inside a transaction this shows the committed entry (buffered writes have no version yet).
         """
         name = self._name(key)
-        row = self._entries.get(name)
+        row = self._row(name)
         if row is None:
             return None
         return Entry(
@@ -300,48 +306,54 @@ class State:
 
     def version(self, key: str | Key[Any]) -> int:
         """The key's current version (0 when it is not set)."""
-        row = self._entries.get(self._name(key))
+        row = self._row(key)
         return 0 if row is None else row[1]
 
     def provenance(self, key: str | Key[Any]) -> Provenance | None:
         """Who wrote the key's current value, how and when; None if the key is not set."""
-        row = self._entries.get(self._name(key))
+        row = self._row(key)
         return None if row is None else row[4].provenance(row[3])
 
+    def _row(self, key: str | Key[Any]) -> _Row | None:
+        name = self._name(key)
+        row = self._entries.get(name)
+        if row is None:
+            check_key(name)  # an invalid key is an error, not merely absent
+        return row
+
     def _keys(self, prefix: str) -> list[str]:
-        if not prefix:
-            return list(self._entries)
-        return [k for k in list(self._entries) if k.startswith(prefix)]
+        # Under the lock, so a multi-key read never sees half of another thread's batch.
+        with self._lock:
+            if not prefix:
+                return list(self._entries)
+            return [k for k in self._entries if k.startswith(prefix)]
 
     def keys(self, prefix: str = "") -> list[str]:
         """The keys starting with ``prefix``, in the order they were created."""
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.keys(prefix)
         return self._keys(prefix)
 
     def items(self, prefix: str = "") -> list[tuple[str, Any]]:
         """``(key, value)`` pairs for the keys starting with ``prefix`` (values are copies)."""
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.items(prefix)
         entries = self._entries
-        out = []
-        for k in self._keys(prefix):
-            row = entries.get(k)
-            if row is not None:
-                out.append((k, copy_json(row[0])))
-        return out
+        with self._lock:
+            rows = [(k, entries[k][0]) for k in self._keys(prefix)]
+        return [(k, copy_json(v)) for k, v in rows]
 
     def pick(self, *keys: str | Key[Any]) -> dict[str, Any]:
         """A dict of the given keys that are set, with their values."""
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.pick(*(self._name(k) for k in keys))
-        out = {}
-        for key in keys:
-            name = self._name(key)
-            row = self._entries.get(name)
-            if row is not None:
-                out[name] = copy_json(row[0])
-        return out
+        found = {}
+        with self._lock:
+            for key in keys:
+                row = self._row(key)
+                if row is not None:
+                    found[self._name(key)] = row[0]
+        return {k: copy_json(v) for k, v in found.items()}
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -363,7 +375,7 @@ class State:
         raises :class:`VersionConflictError` otherwise. Writing a value equal to the current one
         is a no-op: same version, no journal record, no signal. Any failure writes nothing.
         """
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.set(
                 key,
                 value,
@@ -431,7 +443,7 @@ class State:
                     False,
                     at,
                     stamp,
-                    bool(policy.rules) and policy.is_secret(name),
+                    policy,
                 ),
             )
             # The journal ring, inlined (see Ring.append).
@@ -472,7 +484,7 @@ class State:
         batch. ``expected_versions`` makes it conditional per key. Returns the commit's ``seq``
         (the current cursor if nothing changed).
         """
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.update(
                 mapping,
                 source=source,
@@ -482,6 +494,8 @@ class State:
                 remove=remove,
                 expected_versions=expected_versions,
             )
+        for name, version in (expected_versions or {}).items():
+            self._check_version_arg(check_key(name), version)
         if meta is None and source == "user" and writer is None and confidence is None:
             stamp = self._default_stamp
         else:
@@ -504,7 +518,7 @@ class State:
         if remove:
             written = {op[0] for op in ops}
             for key in remove:
-                name = self._name(key)
+                name = check_key(self._name(key))
                 self._check_remove(name, stamp)
                 if name in written:
                     raise StateValueError(
@@ -523,16 +537,15 @@ class State:
     ) -> Any:
         """Remove ``key`` and return its value; if absent, return ``default`` or raise
         :class:`MissingKeyError` when no default is given (like ``dict.pop``)."""
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.remove(key, default, source=source, writer=writer)
         name = self._name(key)
         stamp = self._stamp(name, source, writer, None, None)
         self._check_remove(name, stamp)
         with self._lock:
-            row = self._entries.get(name)
+            row = self._row(name)
             if row is None:
                 if default is _MISSING:
-                    check_key(name)
                     raise MissingKeyError(f"cannot remove {name!r}: it is not set")
                 return default
             self._commit_batch([(name, REMOVED, stamp)], "remove", deliver=False)
@@ -556,7 +569,7 @@ class State:
         ``modify`` calls never lose an update. ``fn`` runs while the state's lock is held: keep
         it quick and do not wait on other threads inside it. Returns the new value.
         """
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.modify(
                 key, default, fn, source=source, writer=writer, confidence=confidence, meta=meta
             )
@@ -584,7 +597,7 @@ class State:
         Raises :class:`MissingKeyError` if ``old`` is absent and :class:`KeyExistsError` if
         ``new`` exists (unless ``overwrite=True``). Returns ``new``'s version.
         """
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             return tx.rename(old, new, overwrite=overwrite, source=source, writer=writer)
         stamp = self._stamp(old, source, writer, None, None)
         self._check_remove(old, stamp)
@@ -625,7 +638,7 @@ class State:
     def _remove_where(
         self, prefix: str | tuple[str, ...], source: str, writer: str | None, origin: str
     ) -> int:
-        if self._tx_open and (tx := self._txvar.get()) is not None:
+        if self._tx_open and (tx := self._tx()) is not None:
             prefixes = (prefix,) if isinstance(prefix, str) else prefix
             doomed = [k for p in prefixes for k in tx.keys(p)]
             for k in doomed:
@@ -681,7 +694,6 @@ class State:
                     policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
             seq = self._seq + 1
             at = self._now()
-            secrets = bool(policy.rules)
             changes: list[Change] = []
             add = changes.append
             for key, value, stamp in ops:
@@ -707,18 +719,7 @@ class State:
                 add(
                     _new_tuple(
                         Change,
-                        (
-                            key,
-                            old,
-                            value,
-                            version,
-                            seq,
-                            origin,
-                            not version,
-                            at,
-                            stamp,
-                            secrets and policy.is_secret(key),
-                        ),
+                        (key, old, value, version, seq, origin, not version, at, stamp, policy),
                     )
                 )
             if not changes:
@@ -855,6 +856,11 @@ class State:
         Use the predicates in :mod:`slateflow.when` (``changed_to``, ``crossed_above``, ...).
         """
         name = self._name(key)
+        if not callable(when) or not callable(action):
+            raise TypeError(
+                f"watch({name!r}, when, action) needs two callables: a predicate over "
+                "(old, new) such as when.changed_to('done'), and an action taking the Change"
+            )
 
         def on_change(changes: tuple[Change, ...]) -> None:
             for change in changes:
@@ -923,31 +929,41 @@ class State:
 
         sub = self.subscribe(check, keys=keys, pattern=pattern)
         try:
-            with anyio.fail_after(timeout):
+            with anyio.move_on_after(timeout):
                 while True:
                     event = waiter.arm()
                     check()
-                    if waiter.error is not None:
-                        raise waiter.error
-                    if waiter.result is not _MISSING:
-                        return waiter.result
+                    if waiter.error is not None or waiter.result is not _MISSING:
+                        break
                     await event.wait()
-        except TimeoutError:
-            what = getattr(predicate, "__qualname__", repr(predicate))
-            raise WaitTimeoutError(
-                f"timed out after {timeout}s waiting until {what} held"
-            ) from None
         finally:
             sub.close()
+        # Raised outside the timeout scope, so a predicate's own TimeoutError stays its own.
+        if waiter.error is not None:
+            raise waiter.error
+        if waiter.result is not _MISSING:
+            return waiter.result
+        what = getattr(predicate, "__qualname__", repr(predicate))
+        raise WaitTimeoutError(f"timed out after {timeout}s waiting until {what} held")
 
     # -- transactions ------------------------------------------------------------------------
+
+    def _tx(self) -> Transaction | None:
+        """The transaction whose ``with`` block the current context is in, if any.
+
+        Inside the block, state calls go to the transaction (and raise once it is rolled back).
+        A task started inside the block inherits its context; once the block has exited, that
+        task's reads and writes go to the state again.
+        """
+        tx = self._txvar.get()
+        return tx if tx is not None and tx._token is not None else None
 
     def transaction(self) -> Transaction:
         """A transaction: ``with state.transaction() as tx: ...`` commits all writes as one batch.
 
         See :class:`Transaction` for isolation (optimistic, conflict-checked) and nesting.
         """
-        return Transaction(self, self._txvar.get() if self._tx_open else None)
+        return Transaction(self, self._tx() if self._tx_open else None)
 
     def _enter_tx(self, tx: Transaction) -> Token[Transaction | None]:
         with self._lock:

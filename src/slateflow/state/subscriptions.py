@@ -24,8 +24,9 @@ _ids = itertools.count(1)
 class Subscription:
     """A live subscription to a state's changes; ``close()`` (or leave its ``with`` block) to stop.
 
-    ``keys`` and ``patterns`` say what it watches (both empty: everything). Closing is idempotent
-    and takes effect for batches delivered after it returns.
+    ``keys`` and ``patterns`` say what it watches (made with neither: everything; an empty list
+    watches nothing). Closing is idempotent and takes effect for batches delivered after it
+    returns.
     """
 
     __slots__ = ("__weakref__", "_state", "active", "callback", "id", "keys", "patterns")
@@ -101,7 +102,7 @@ class SubscriptionIndex:
             if sub.patterns:
                 self.by_pattern = (*self.by_pattern, sub)
                 self._pattern_cache = {}
-            if not key_set and not sub.patterns:
+            if keys is None and pattern is None:
                 self.everything = (*self.everything, sub)
             self.count += 1
         return sub

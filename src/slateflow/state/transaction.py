@@ -13,7 +13,7 @@ from ..errors import (
     TransactionError,
     VersionConflictError,
 )
-from .keys import META_PREFIX, Key
+from .keys import META_PREFIX, Key, check_key
 from .provenance import Stamp
 from .values import JSON, MISSING, REMOVED, clean, copy_json
 
@@ -235,7 +235,7 @@ class Transaction:
                 )
             staged.append((name, REMOVED, stamp))
         for name, version in (expected_versions or {}).items():
-            self._state._check_version_arg(name, version)
+            self._state._check_version_arg(check_key(name), version)
         for name, version in (expected_versions or {}).items():
             self._expect(name, version)
         for name, cleaned, stamp in staged:

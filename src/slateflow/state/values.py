@@ -66,7 +66,8 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
     if isinstance(value, list):
         return [_clean(v, key, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        # pydantic keeps NaN floats in a JSON-mode dump; check it like any other value.
+        return _clean(value.model_dump(mode="json"), key, path, depth + 1)
     # Subclasses of the JSON scalars (str/int enums, numpy-free int subclasses) are stored as
     # the plain scalar so that reads, snapshots and equality behave like JSON.
     if isinstance(value, bool):
