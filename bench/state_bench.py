@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from blinker import Signal
 
-from slateflow import State
+from slateflow import Change, State
 
 
 def per_op(fn: Callable[[], object], number: int, repeat: int) -> float:
@@ -65,53 +65,55 @@ def bench_update(keys: int, n: int, r: int) -> float:
 
     def write() -> object:
         v = next(counter)
-        return state.update({k: v for k in names})
+        return state.update(dict.fromkeys(names, v))
 
     return per_op(write, n, r)
 
 
+def _chain_once(links: int) -> float:
+    state = State(journal_size=0)
+
+    def next_link(changes: tuple[Change, ...]) -> None:
+        i = changes[0].version
+        if i < links:
+            state.set("chain", i + 1)
+
+    state.subscribe(next_link, keys=["chain"])
+    gc.collect()
+    t0 = timeit.default_timer()
+    state.set("chain", 1)
+    elapsed = timeit.default_timer() - t0
+    assert state.get("chain") == links
+    return elapsed / links
+
+
 def bench_chain(links: int, r: int) -> float:
     """A receiver that writes the next key: every link is a set, a signal and a delivery."""
-    results = []
-    for _ in range(r):
-        state = State(journal_size=0)
+    return statistics.median(_chain_once(links) for _ in range(r))
 
-        def next_link(changes: tuple) -> None:  # type: ignore[type-arg]
-            i = changes[0].version
-            if i < links:
-                state.set("chain", i + 1)
 
-        state.subscribe(next_link, keys=["chain"])
-        gc.collect()
-        t0 = timeit.default_timer()
-        state.set("chain", 1)
-        elapsed = timeit.default_timer() - t0
-        assert state.get("chain") == links
-        results.append(elapsed / links)
-    return statistics.median(results)
+def _blinker_chain_once(links: int) -> float:
+    signal = Signal()
+    store: dict[str, int] = {}
+    queue: deque[int] = deque()
+
+    def receiver(sender: object, value: int) -> None:
+        store["chain"] = value
+        if value < links:
+            queue.append(value + 1)
+
+    signal.connect(receiver)
+    gc.collect()
+    t0 = timeit.default_timer()
+    queue.append(1)
+    while queue:
+        signal.send(None, value=queue.popleft())
+    return (timeit.default_timer() - t0) / links
 
 
 def bench_blinker_chain(links: int, r: int) -> float:
     """The same chain with blinker alone (a send per link, queued to avoid recursion)."""
-    results = []
-    for _ in range(r):
-        signal = Signal()
-        store: dict[str, int] = {}
-        queue: deque[int] = deque()
-
-        def receiver(sender: object, value: int) -> None:
-            store["chain"] = value
-            if value < links:
-                queue.append(value + 1)
-
-        signal.connect(receiver)
-        gc.collect()
-        t0 = timeit.default_timer()
-        queue.append(1)
-        while queue:
-            signal.send(None, value=queue.popleft())
-        results.append((timeit.default_timer() - t0) / links)
-    return statistics.median(results)
+    return statistics.median(_blinker_chain_once(links) for _ in range(r))
 
 
 def bench_memory(keys: int) -> float:

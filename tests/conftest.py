@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import pytest
+
+# When a property fails, hypothesis's pytest plugin imports its patch writer, which may import
+# libcst, which raises a DeprecationWarning at import time; under filterwarnings=error that turns
+# the failure report into a pytest INTERNALERROR that hides the failure. Import it now, quietly.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    with contextlib.suppress(ImportError):
+        import hypothesis.extra._patching  # noqa: F401
 
 
 @pytest.fixture(params=["asyncio", "trio"])
