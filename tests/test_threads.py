@@ -104,10 +104,13 @@ def test_concurrent_sets_are_delivered_exactly_once_in_seq_order() -> None:
     assert committed, "nothing was committed"
     assert state.cursor == committed[-1].seq
     # Every committed change reached every matching receiver exactly once, in commit order.
-    assert [id(c) for c in everything] == [id(c) for c in committed]
-    assert [id(c) for c in signalled] == [id(c) for c in committed]
-    assert [id(c) for c in by_pattern] == [id(c) for c in committed if c.key.startswith("t3:")]
-    assert [id(c) for c in one_key] == [id(c) for c in committed if c.key == "shared"]
+    def ids(changes: list[Change]) -> list[tuple[str, int, int]]:
+        return [(c.key, c.seq, c.version) for c in changes]
+
+    assert ids(everything) == ids(committed)
+    assert ids(signalled) == ids(committed)
+    assert ids(by_pattern) == ids([c for c in committed if c.key.startswith("t3:")])
+    assert ids(one_key) == ids([c for c in committed if c.key == "shared"])
     for received in (everything, by_pattern, one_key):
         got = [c.seq for c in received]
         assert got == sorted(got)

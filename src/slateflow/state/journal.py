@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
 from ..errors import CursorExpiredError
-from .records import Mutation
+from .records import Change, Mutation, RawChange
 
 __all__ = ["JournalSink", "JsonlSink", "MemorySink"]
 
@@ -79,32 +79,40 @@ class JsonlSink:
 
 
 class Ring:
-    """The in-memory journal: the last ``size`` mutations, with a cursor over commits."""
+    """The in-memory journal: the last ``size`` mutations, with a cursor over commits.
 
-    __slots__ = ("dropped_seq", "records", "size")
+    Appends are amortised: the deque may briefly hold up to ``limit`` records and is trimmed
+    back to ``size`` in one go (and before every read), which keeps the per-write cost to a
+    single deque append.
+    """
+
+    __slots__ = ("dropped_seq", "limit", "records", "size")
 
     def __init__(self, size: int) -> None:
         if type(size) is not int or size < 0:
             raise ValueError(f"journal_size must be a non-negative int, got {size!r}")
         self.size = size
-        # maxlen 0 keeps nothing; the state's inlined append checks maxlen first.
-        self.records: deque[Mutation] = deque(maxlen=size)
+        self.limit = size + max(size // 8, 16) if size else 0
+        self.records: deque[RawChange] = deque()
         self.dropped_seq = 0
 
-    def append(self, batch: Sequence[Mutation]) -> None:
+    def append(self, batch: Sequence[RawChange]) -> None:
+        self.records.extend(batch)
+        if len(self.records) > self.limit:
+            self.trim()
+
+    def trim(self) -> None:
+        """Drop all but the newest ``size`` records, remembering the newest seq dropped."""
         records = self.records
-        if not self.size:
-            self.dropped_seq = batch[-1][4]
+        excess = len(records) - self.size
+        if excess <= 0:
             return
-        overflow = len(records) + len(batch) - self.size
-        if overflow > 0:
-            # Remember the newest seq that falls out, so stale cursors are detected.
-            self.dropped_seq = (
-                records[overflow - 1][4] if overflow <= len(records) else batch[-1][4]
-            )
-        records.extend(batch)
+        for _ in range(excess - 1):
+            records.popleft()
+        self.dropped_seq = records.popleft()[4]
 
     def since(self, cursor: int) -> list[Mutation]:
+        self.trim()
         if cursor < self.dropped_seq:
             raise CursorExpiredError(
                 f"journal cursor {cursor} has expired: mutations up to seq {self.dropped_seq} "
@@ -116,7 +124,8 @@ class Ring:
         i = len(records)
         while i and records[i - 1][4] > cursor:
             i -= 1
-        return [records[j] for j in range(i, len(records))]
+        wrap = Change.wrap
+        return [wrap(records[j]) for j in range(i, len(records))]
 
     def clear(self, seq: int) -> None:
         self.records.clear()

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .policy import Policy
 
 _Fields = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, "Policy"]
+RawChange = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, "Policy"]
+"""A change as the commit path records it: a plain tuple, wrapped into a Change when read."""
 
 
 class Change(_Fields):
@@ -31,27 +33,16 @@ class Change(_Fields):
     ``origin`` (``"set"``, ``"remove"``, ``"commit"``, ``"clear_prefix"``, ``"rename"``,
     ``"end_turn"``, ...); ``removed``; ``provenance`` and ``at`` of the write.
 
-    Changes are immutable and cheap; the journal's :data:`Mutation` records are the same objects.
+    Changes are immutable; two changes are equal when they record the same commit of the same
+    key. The journal's :data:`Mutation` records are the same type.
     """
 
     __slots__ = ()
 
     @classmethod
-    def make(
-        cls,
-        key: str,
-        old: JSON,
-        new: JSON,
-        version: int,
-        seq: int,
-        origin: str,
-        removed: bool,
-        at_ns: int,
-        stamp: Stamp,
-        policy: Policy,
-    ) -> Change:
-        """Build a change (internal: the state builds these at commit)."""
-        return _new_tuple(cls, (key, old, new, version, seq, origin, removed, at_ns, stamp, policy))
+    def wrap(cls, raw: RawChange) -> Change:
+        """The :class:`Change` view of a raw change recorded by the commit path."""
+        return _new_tuple(cls, raw)
 
     @property
     def key(self) -> str:
@@ -122,15 +113,10 @@ class Change(_Fields):
             f"source={self[8].source!r}, writer={self[8].writer!r})"
         )
 
-    # As a tuple it would compare by fields (and by the stamp's identity): use identity instead.
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
-
+    # Equality stays the tuple's (the fields, the shared stamp by identity); values may be
+    # unhashable, so hash what identifies the change.
     def __hash__(self) -> int:
-        return id(self)
+        return hash((self[0], self[4], self[3], self[6]))
 
 
 Mutation = Change

@@ -30,7 +30,7 @@ from .journal import JournalSink, Ring
 from .keys import META_PREFIX, Key, check_key
 from .policy import Policy, Rule
 from .provenance import Provenance, Stamp, dt_to_ns, ns_to_dt
-from .records import SECRET_MASK, Change, Entry, Mutation
+from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
 from .schema import Schemas, validate_with
 from .scopes import ReadOnlyView, ScopedView
 from .subscriptions import Callback, Subscription, SubscriptionIndex
@@ -47,9 +47,9 @@ SNAPSHOT_FORMAT = "slateflow.snapshot/1"
 
 _MISSING = MISSING
 _CONTAINERS = (dict, list)
-_make_change = Change.make
-_new_tuple = tuple.__new__
+_wrap = Change.wrap
 _STRICT = (dict, list, float)
+_SCALARS = frozenset({str, int, bool, type(None)})
 # One stored entry: (value, version, seq, at_ns, stamp). A plain tuple keeps a key small.
 _Row = tuple[JSON, int, int, int, Stamp]
 
@@ -115,9 +115,11 @@ class State:
         self._seq = 0
         self._ring = Ring(journal_size)
         self._records = self._ring.records
+        self._journal_limit = self._ring.limit
         self._sinks: tuple[JournalSink, ...] = tuple(sinks)
         self._subs = SubscriptionIndex()
-        self._pending: deque[tuple[Change, ...]] = deque()
+        # Raw batches (plain tuples) waiting for delivery; wrapped into Changes once, when sent.
+        self._pending: deque[tuple[RawChange, ...]] = deque()
         self._delivering = False
         self._policy = policy if policy is not None else Policy()
         self._schemas = Schemas()
@@ -389,24 +391,29 @@ class State:
             stamp = self._default_stamp
         else:
             stamp = self._stamp(key, source, writer, confidence, meta)
-        # Fast path for the common write: an existing str key, a scalar value, no governance.
         entries = self._entries
         policy = self._policy
-        t = type(value)
-        if (
-            type(key) is str
-            and (t is str or t is int or t is bool or value is None)
-            and key in entries
-            and not self._schemas.decls
-            and not policy.active
-        ):
-            name, cleaned = key, value
-        else:
-            name, cleaned = self._prepare(key, value, stamp)
         # acquire/release costs a third of a with-block on CPython 3.11; this is the hot path.
         self._acquire()
         try:
-            row = entries.get(name)
+            try:
+                row = entries.get(key)  # type: ignore[arg-type]
+            except TypeError:  # an unhashable key: _prepare names the problem
+                row = None
+            t = type(value)
+            # Fast path: a scalar written to an existing key of an ungoverned state. (Only str
+            # keys are stored, so a row found means `key` is a valid str key.)
+            if (
+                row is not None
+                and (t is str or t is int or t is bool or value is None)
+                and not self._schemas.decls
+                and not policy.active
+            ):
+                name: str = key  # type: ignore[assignment]
+                cleaned = value
+            else:
+                name, cleaned = self._prepare(key, value, stamp)
+                row = entries.get(name)
             if expected_version is not None:
                 have = 0 if row is None else row[1]
                 if have != self._check_version_arg(name, expected_version):
@@ -431,32 +438,34 @@ class State:
             seq = self._seq = self._seq + 1
             at = self._now()
             entries[name] = (cleaned, version, seq, at, stamp)
-            change = _new_tuple(
-                Change,
-                (
-                    name,
-                    old,
-                    cleaned,
-                    version,
-                    seq,
-                    "set",
-                    False,
-                    at,
-                    stamp,
-                    policy,
-                ),
+            # A plain tuple: it becomes a Change only if someone reads it.
+            change: RawChange = (
+                name,
+                old,
+                cleaned,
+                version,
+                seq,
+                "set",
+                False,
+                at,
+                stamp,
+                policy,
             )
-            # The journal ring, inlined (see Ring.append).
+            # Ring.append, inlined.
             records = self._records
-            if records.maxlen:
-                if len(records) == records.maxlen:
-                    self._ring.dropped_seq = records[0][4]
-                records.append(change)
-            else:
-                self._ring.dropped_seq = seq
+            records.append(change)
+            if len(records) > self._journal_limit:
+                self._ring.trim()
             failures = self._feed_sinks((change,)) if self._sinks else None
             subs = self._subs
-            listened = self.changed.receivers or (subs.count and subs.for_key(name))
+            listened = self.changed.receivers or (
+                subs.count
+                and (
+                    name in subs.by_key
+                    or subs.everything
+                    or (subs.by_pattern and subs.for_key(name))
+                )
+            )
             if listened:
                 self._pending.append((change,))
         finally:
@@ -502,19 +511,17 @@ class State:
             stamp = self._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
         entries = self._entries
         # Scalars written to existing keys of an ungoverned state need no validation work.
-        fast = not self._schemas.decls and not self._policy.active
-        ops: list[tuple[str, JSON, Stamp]] = []
-        for key, value in mapping.items():
-            t = type(value)
-            if (
-                fast
-                and type(key) is str
-                and (t is str or t is int or t is bool or value is None)
-                and key in entries
-            ):
-                ops.append((key, value, stamp))
-            else:
-                ops.append((*self._prepare(key, value, stamp), stamp))
+        ops: list[tuple[str, JSON, Stamp]]
+        if (
+            not self._schemas.decls
+            and not self._policy.active
+            and all(
+                type(k) is str and type(v) in _SCALARS and k in entries for k, v in mapping.items()
+            )
+        ):
+            ops = [(k, v, stamp) for k, v in mapping.items()]  # type: ignore[misc]
+        else:
+            ops = [(*self._prepare(k, v, stamp), stamp) for k, v in mapping.items()]
         if remove:
             written = {op[0] for op in ops}
             for key in remove:
@@ -694,7 +701,7 @@ class State:
                     policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
             seq = self._seq + 1
             at = self._now()
-            changes: list[Change] = []
+            changes: list[RawChange] = []
             add = changes.append
             for key, value, stamp in ops:
                 row = entries.get(key)
@@ -716,12 +723,7 @@ class State:
                     version = row[1] + 1
                 if version:
                     entries[key] = (value, version, seq, at, stamp)
-                add(
-                    _new_tuple(
-                        Change,
-                        (key, old, value, version, seq, origin, not version, at, stamp, policy),
-                    )
-                )
+                add((key, old, value, version, seq, origin, not version, at, stamp, policy))
             if not changes:
                 return self._seq
             self._seq = seq
@@ -738,8 +740,9 @@ class State:
             self._deliver()
         return seq
 
-    def _feed_sinks(self, batch: tuple[Change, ...]) -> list[tuple[object, Exception]]:
+    def _feed_sinks(self, raw: tuple[RawChange, ...]) -> list[tuple[object, Exception]]:
         failures: list[tuple[object, Exception]] = []
+        batch = tuple(map(_wrap, raw))
         for sink in self._sinks:
             try:
                 sink.record(batch)
@@ -748,8 +751,9 @@ class State:
         return failures
 
     def _report_sink_failures(
-        self, failures: list[tuple[object, Exception]], batch: tuple[Change, ...]
+        self, failures: list[tuple[object, Exception]], raw: tuple[RawChange, ...]
     ) -> None:
+        batch = tuple(map(_wrap, raw))
         for sink, exc in failures:
             self._report_failure(sink, exc, batch)
 
@@ -780,7 +784,8 @@ class State:
                 self._delivering = False
             raise
 
-    def _dispatch(self, batch: tuple[Change, ...]) -> None:
+    def _dispatch(self, raw: tuple[RawChange, ...]) -> None:
+        batch = tuple(map(_wrap, raw))
         signal = self.changed
         if signal.receivers:
             for receiver in signal.receivers_for(self):
