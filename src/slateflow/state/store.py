@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -12,8 +11,6 @@ from contextvars import ContextVar, Token
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
-import anyio
-import anyio.lowlevel
 from blinker import Signal
 
 from ..errors import (
@@ -21,18 +18,18 @@ from ..errors import (
     MissingKeyError,
     ReadOnlyError,
     SchemaError,
-    SnapshotError,
     StateValueError,
     VersionConflictError,
-    WaitTimeoutError,
 )
+from . import snapshots, waits
 from .journal import JournalSink, Ring
 from .keys import META_PREFIX, Key, check_key
 from .policy import Policy, Rule
-from .provenance import Provenance, Stamp, dt_to_ns, ns_to_dt
+from .provenance import Provenance, Stamp, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
 from .schema import Schemas, validate_with
 from .scopes import ReadOnlyView, ScopedView
+from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription, SubscriptionIndex
 from .transaction import Transaction
 from .values import JSON, MISSING, REMOVED, clean, copy_json, same
@@ -43,7 +40,6 @@ __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
 T = TypeVar("T")
 log = logging.getLogger("slateflow.state")
 
-SNAPSHOT_FORMAT = "slateflow.snapshot/1"
 
 _MISSING = MISSING
 _CONTAINERS = (dict, list)
@@ -52,32 +48,6 @@ _STRICT = (dict, list, float)
 _SCALARS = frozenset({str, int, bool, type(None)})
 # One stored entry: (value, version, seq, at_ns, stamp). A plain tuple keeps a key small.
 _Row = tuple[JSON, int, int, int, Stamp]
-
-
-class _Waiter:
-    """Wakes one async task waiting on the state, from whichever thread delivers the change."""
-
-    __slots__ = ("error", "event", "result", "thread", "token")
-
-    def __init__(self) -> None:
-        self.token = anyio.lowlevel.current_token()
-        self.thread = threading.get_ident()
-        self.event = anyio.Event()
-        self.result: Any = _MISSING
-        self.error: BaseException | None = None
-
-    def arm(self) -> anyio.Event:
-        self.event = anyio.Event()
-        return self.event
-
-    def wake(self, changes: object = None) -> None:
-        event = self.event
-        if threading.get_ident() == self.thread:
-            event.set()
-            return
-        # If the waiting loop has ended there is nobody left to wake.
-        with contextlib.suppress(anyio.RunFinishedError):
-            self.token.backend_class.run_sync_soon(event.set, (), self.token.native_token)
 
 
 class State:
@@ -884,23 +854,7 @@ class State:
         Wakes on writes from any thread. Raises :class:`WaitTimeoutError` (a ``TimeoutError``)
         after ``timeout`` seconds; cancelling the waiting task leaves nothing behind.
         """
-        name = self._name(key)
-        waiter = _Waiter()
-        sub = self.subscribe(waiter.wake, keys=[name])
-        try:
-            with anyio.fail_after(timeout):
-                while True:
-                    event = waiter.arm()
-                    value = self.get(key, _MISSING)
-                    if value is not _MISSING:
-                        return value
-                    await event.wait()
-        except TimeoutError:
-            raise WaitTimeoutError(
-                f"timed out after {timeout}s waiting for {name!r} to be set"
-            ) from None
-        finally:
-            sub.close()
+        return await waits.wait_for(self, key, timeout)
 
     async def wait_until(
         self,
@@ -914,42 +868,10 @@ class State:
 
         The predicate is checked now and after every committed batch touching ``keys`` /
         ``pattern`` (every batch if neither is given), at delivery time, so a condition that is
-        true only briefly is still seen. An exception from the predicate is raised here.
-        Raises :class:`WaitTimeoutError` after ``timeout`` seconds.
+        true only briefly is still seen. An exception from the predicate is raised here
+        unchanged. Raises :class:`WaitTimeoutError` after ``timeout`` seconds.
         """
-        waiter = _Waiter()
-
-        def check(changes: object = None) -> None:
-            if waiter.result is not _MISSING or waiter.error is not None:
-                return
-            try:
-                result = predicate(self)
-            except Exception as exc:
-                waiter.error = exc
-                waiter.wake()
-                return
-            if result:
-                waiter.result = result
-                waiter.wake()
-
-        sub = self.subscribe(check, keys=keys, pattern=pattern)
-        try:
-            with anyio.move_on_after(timeout):
-                while True:
-                    event = waiter.arm()
-                    check()
-                    if waiter.error is not None or waiter.result is not _MISSING:
-                        break
-                    await event.wait()
-        finally:
-            sub.close()
-        # Raised outside the timeout scope, so a predicate's own TimeoutError stays its own.
-        if waiter.error is not None:
-            raise waiter.error
-        if waiter.result is not _MISSING:
-            return waiter.result
-        what = getattr(predicate, "__qualname__", repr(predicate))
-        raise WaitTimeoutError(f"timed out after {timeout}s waiting until {what} held")
+        return await waits.wait_until(self, predicate, keys, pattern, timeout)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -1084,16 +1006,7 @@ class State:
         with self._lock:
             rows = list(self._entries.items())
             seq = self._seq
-        entries = {}
-        for key, (value, version, row_seq, at, stamp) in rows:
-            masked = redact and self._secret(key)
-            entries[key] = {
-                "value": SECRET_MASK if masked else copy_json(value),
-                "version": version,
-                "seq": row_seq,
-                "provenance": stamp.provenance(at).model_dump(mode="json"),
-            }
-        return {"format": SNAPSHOT_FORMAT, "seq": seq, "redacted": redact, "entries": entries}
+        return snapshots.build(rows, seq, self._secret if redact else None)
 
     @classmethod
     def restore(
@@ -1107,38 +1020,9 @@ class State:
     ) -> State:
         """A new state rebuilt exactly from :meth:`snapshot` output (values, versions, seqs,
         provenance, cursor). Raises :class:`SnapshotError` naming the first bad part."""
-        if not isinstance(snapshot, Mapping) or snapshot.get("format") != SNAPSHOT_FORMAT:
-            raise SnapshotError(
-                f"not a slateflow snapshot (expected format {SNAPSHOT_FORMAT!r}); "
-                "pass what state.snapshot() returned"
-            )
-        if snapshot.get("redacted"):
-            raise SnapshotError(
-                "cannot restore a redacted snapshot: its secret values are masked; "
-                "take one with snapshot(redact=False)"
-            )
-        seq = snapshot.get("seq")
-        raw = snapshot.get("entries")
-        if type(seq) is not int or seq < 0 or not isinstance(raw, Mapping):
-            raise SnapshotError("snapshot needs an int 'seq' >= 0 and an 'entries' mapping")
+        seq, rows = snapshots.parse(snapshot)
         state = cls(policy=policy, journal_size=journal_size, clock=clock, sinks=sinks)
-        for key, item in raw.items():
-            try:
-                check_key(key)
-                if key.startswith(META_PREFIX):
-                    raise SnapshotError(f"{key!r} is a reserved key")
-                value = clean(item["value"], key)
-                version, row_seq = item["version"], item["seq"]
-                if type(version) is not int or version < 1:
-                    raise SnapshotError(f"version {version!r} is not an int >= 1")
-                if type(row_seq) is not int or not 1 <= row_seq <= seq:
-                    raise SnapshotError(f"seq {row_seq!r} is not between 1 and {seq}")
-                prov = Provenance.model_validate(item["provenance"])
-            except SnapshotError as exc:
-                raise SnapshotError(f"snapshot entry {key!r}: {exc}") from None
-            except Exception as exc:
-                raise SnapshotError(f"snapshot entry {key!r} is invalid: {exc}") from None
-            state._entries[key] = (value, version, row_seq, dt_to_ns(prov.at), Stamp.of(prov))
+        state._entries.update(rows)
         state._seq = seq
         state._ring.clear(seq)
         return state

@@ -1,0 +1,112 @@
+"""Async waits on the state (anyio: asyncio and trio), woken from whichever thread writes."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import WaitTimeoutError
+from .keys import Key
+from .values import MISSING
+
+if TYPE_CHECKING:
+    from .store import State
+
+__all__ = ["wait_for", "wait_until"]
+
+_MISSING = MISSING
+
+
+class _Waiter:
+    """Wakes one async task waiting on the state, from whichever thread delivers the change."""
+
+    __slots__ = ("error", "event", "result", "thread", "token")
+
+    def __init__(self) -> None:
+        self.token = anyio.lowlevel.current_token()
+        self.thread = threading.get_ident()
+        self.event = anyio.Event()
+        self.result: Any = _MISSING
+        self.error: BaseException | None = None
+
+    def arm(self) -> anyio.Event:
+        self.event = anyio.Event()
+        return self.event
+
+    def wake(self, changes: object = None) -> None:
+        event = self.event
+        if threading.get_ident() == self.thread:
+            event.set()
+            return
+        # If the waiting loop has ended there is nobody left to wake.
+        with contextlib.suppress(anyio.RunFinishedError):
+            self.token.backend_class.run_sync_soon(event.set, (), self.token.native_token)
+
+
+async def wait_for(state: State, key: str | Key[Any], timeout: float | None) -> Any:
+    """See :meth:`State.wait_for`."""
+    name = state._name(key)
+    waiter = _Waiter()
+    sub = state.subscribe(waiter.wake, keys=[name])
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                event = waiter.arm()
+                value = state.get(key, _MISSING)
+                if value is not _MISSING:
+                    return value
+                await event.wait()
+    except TimeoutError:
+        raise WaitTimeoutError(
+            f"timed out after {timeout}s waiting for {name!r} to be set"
+        ) from None
+    finally:
+        sub.close()
+
+
+async def wait_until(
+    state: State,
+    predicate: Callable[[State], Any],
+    keys: Iterable[str | Key[Any]] | None,
+    pattern: str | Iterable[str] | None,
+    timeout: float | None,
+) -> Any:
+    """See :meth:`State.wait_until`."""
+    waiter = _Waiter()
+
+    def check(changes: object = None) -> None:
+        if waiter.result is not _MISSING or waiter.error is not None:
+            return
+        try:
+            result = predicate(state)
+        except Exception as exc:
+            waiter.error = exc
+            waiter.wake()
+            return
+        if result:
+            waiter.result = result
+            waiter.wake()
+
+    sub = state.subscribe(check, keys=keys, pattern=pattern)
+    try:
+        with anyio.move_on_after(timeout):
+            while True:
+                event = waiter.arm()
+                check()
+                if waiter.error is not None or waiter.result is not _MISSING:
+                    break
+                await event.wait()
+    finally:
+        sub.close()
+    # Raised outside the timeout scope, so a predicate's own TimeoutError stays its own.
+    if waiter.error is not None:
+        raise waiter.error
+    if waiter.result is not _MISSING:
+        return waiter.result
+    what = getattr(predicate, "__qualname__", repr(predicate))
+    raise WaitTimeoutError(f"timed out after {timeout}s waiting until {what} held")
