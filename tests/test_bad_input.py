@@ -6,7 +6,6 @@ before and after, and with subscribers and ``changed`` receivers that must not b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from helpers import fingerprint
 from slateflow import (
     InvalidKeyError,
     Key,
@@ -30,18 +30,6 @@ from slateflow import (
 )
 
 Op = Callable[[State], object]
-
-
-def fingerprint(state: State) -> tuple[Any, ...]:
-    """Everything observable about the state: values, versions, seqs, provenance, key order,
-    the cursor and the whole journal."""
-    return (
-        json.dumps(state.snapshot(), allow_nan=False),
-        state.keys(),
-        len(state),
-        state.cursor,
-        [m.to_dict(redact=False) for m in state.mutations_since(0)],
-    )
 
 
 @contextmanager

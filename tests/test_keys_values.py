@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from helpers import tagged
 from slateflow import (
     MAX_KEY_LENGTH,
     InvalidKeyError,
@@ -25,17 +26,6 @@ from slateflow import (
     result_key,
     status_key,
 )
-
-
-def tagged(value: Any) -> Any:
-    """A form of JSON data in which 1, 1.0, True (and 0.0, -0.0) all differ."""
-    if isinstance(value, dict):
-        return ("dict", tuple(sorted((k, tagged(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("list", tuple(tagged(v) for v in value))
-    if type(value) is float:
-        return ("float", repr(value))
-    return (type(value).__name__, value)
 
 
 def assert_names(exc: BaseException, key: object) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from helpers import committed_view
 from slateflow import (
     SECRET_MASK,
     Change,
@@ -23,11 +24,6 @@ from slateflow import (
 )
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def fingerprint(state: State) -> tuple[dict[str, Any], int, list[Change]]:
-    """Values, versions, provenance, cursor and journal: what a refused write must not touch."""
-    return state.snapshot(), state.cursor, state.mutations_since(0)
 
 
 def json_size(value: Any) -> int:
@@ -57,7 +53,7 @@ def test_read_only_key_refuses_writes_and_removes() -> None:
     state = State()
     state.set("config:model", "gpt")
     state.policy("config:model", read_only=True)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(ReadOnlyError, match="'config:model'"):
         state.set("config:model", "other")
     with pytest.raises(ReadOnlyError, match="'config:model'"):
@@ -66,7 +62,7 @@ def test_read_only_key_refuses_writes_and_removes() -> None:
         state.modify("config:model", "", lambda v: v + "!")
     with pytest.raises(ReadOnlyError):
         state.set("config:model", "other", source="system", writer="admin")
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert state.get("config:model") == "gpt"
     # Other keys stay writable.
     state.set("config:other", 1)
@@ -76,7 +72,7 @@ def test_read_only_key_refuses_writes_and_removes() -> None:
 def test_read_only_pattern_covers_every_matching_key() -> None:
     state = State(policy=Policy([Rule("config:*", read_only=True)]))
     state.set("other", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
     for key in ("config:a", "config:a:b"):
         with pytest.raises(ReadOnlyError, match=f"'{key}'"):
             state.set(key, 1)
@@ -84,7 +80,7 @@ def test_read_only_pattern_covers_every_matching_key() -> None:
         state.update({"fine": 1, "config:x": 2})
     with pytest.raises(ReadOnlyError):
         state.rename("other", "config:moved")
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     state.set("configs", 1)  # does not match "config:*"
     assert state.get("configs") == 1
 
@@ -93,7 +89,7 @@ def test_read_only_key_blocks_clear_prefix_and_rename_entirely() -> None:
     state = State()
     state.update({"cfg:a": 1, "cfg:b": 2, "cfg:c": 3})
     state.policy("cfg:b", read_only=True)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(ReadOnlyError, match="'cfg:b'"):
         state.clear_prefix("cfg:")
     with pytest.raises(ReadOnlyError, match="'cfg:b'"):
@@ -104,7 +100,7 @@ def test_read_only_key_blocks_clear_prefix_and_rename_entirely() -> None:
         state.rename("cfg:a", "cfg:b", overwrite=True)
     with pytest.raises(ReadOnlyError):
         state.update({}, remove=["cfg:a", "cfg:b"])
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_read_only_inside_transaction_raises_at_the_line() -> None:
@@ -128,7 +124,7 @@ def test_only_the_named_writer_may_write_its_keys() -> None:
     state.policy("verify:*", writers=["verify"])
     assert state.set("verify:result", "ok", source="agent", writer="verify") == 1
     assert state.get("verify:result") == "ok"
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation) as info:
         state.set("verify:result", "forged")
     message = str(info.value)
@@ -141,7 +137,7 @@ def test_only_the_named_writer_may_write_its_keys() -> None:
     assert "'verify:result'" in message
     assert "'intruder'" in message
     assert "'verify:*'" in message
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert state.get("verify:result") == "ok"
 
 
@@ -149,7 +145,7 @@ def test_writer_restriction_also_governs_removal_update_and_modify() -> None:
     state = State()
     state.policy("verify:*", writers=["verify"])
     state.set("verify:a", 1, source="agent", writer="verify")
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation, match="'verify:a'"):
         state.remove("verify:a")
     with pytest.raises(PolicyViolation, match="'verify:b'"):
@@ -158,7 +154,7 @@ def test_writer_restriction_also_governs_removal_update_and_modify() -> None:
         state.modify("verify:a", 0, lambda v: v + 1, writer="someone")
     with pytest.raises(PolicyViolation):
         state.clear_prefix("verify:")
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     state.update({"verify:b": 2, "free": 1}, source="agent", writer="verify")
     assert state.modify("verify:a", 0, lambda v: v + 1, writer="verify") == 2
     assert state.remove("verify:a", writer="verify") == 2
@@ -170,7 +166,7 @@ def test_only_allowed_sources_may_write() -> None:
     state.policy("fetch:*", sources=["fetch", "tool"])
     state.set("fetch:weather", "sunny", source="fetch")
     state.set("fetch:weather", "rain", source="tool", writer="anything")
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation) as info:
         state.set("fetch:weather", "snow", source="llm")
     message = str(info.value)
@@ -179,7 +175,7 @@ def test_only_allowed_sources_may_write() -> None:
     assert "'fetch:*'" in message
     with pytest.raises(PolicyViolation):
         state.set("fetch:weather", "snow")  # source "user"
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert state.get("fetch:weather") == "rain"
 
 
@@ -239,12 +235,12 @@ def test_rule_max_bytes_boundary_is_exact(value: Any, size: int) -> None:
 
     under_cap = State()
     under_cap.policy("doc:*", max_bytes=size - 1)
-    before = fingerprint(under_cap)
+    before = committed_view(under_cap)
     with pytest.raises(PolicyViolation, match="'doc:x'") as info:
         under_cap.set("doc:x", value)
     assert f"{size} bytes" in str(info.value)
     assert f"{size - 1}-byte cap" in str(info.value)
-    assert fingerprint(under_cap) == before
+    assert committed_view(under_cap) == before
 
 
 @pytest.mark.parametrize(("value", "size"), SIZED_VALUES)
@@ -291,7 +287,7 @@ def test_size_cap_applies_to_update_modify_and_transactions() -> None:
     state = State()
     state.policy("doc:*", max_bytes=5)
     state.set("doc:a", "abc")
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation, match="'doc:b'"):
         state.update({"doc:c": "ok", "doc:b": "too long"})
     with pytest.raises(PolicyViolation, match="'doc:a'"):
@@ -401,11 +397,11 @@ def test_max_keys_refuses_creating_one_key_too_many(how: str) -> None:
         state.policy(max_keys=2)
     state.set("a", 1)
     state.set("b", 2)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation, match="'c'") as info:
         state.set("c", 3)
     assert "2 keys" in str(info.value)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     # Overwriting existing keys at the cap is fine.
     state.set("a", 10)
     state.update({"a": 11, "b": 12})
@@ -419,10 +415,10 @@ def test_max_keys_refuses_creating_one_key_too_many(how: str) -> None:
 def test_max_keys_update_creating_too_many_fails_whole() -> None:
     state = State(policy=Policy(max_keys=3))
     state.set("a", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation):
         state.update({"a": 2, "b": 1, "c": 1, "d": 1})
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     state.update({"a": 2, "b": 1, "c": 1})  # exactly at the cap
     assert len(state) == 3
 
@@ -434,11 +430,11 @@ def test_max_keys_removal_in_the_same_update_frees_room() -> None:
     assert sorted(state.keys()) == ["b", "c"]
     state.update({"d": 4, "e": 5}, remove=["b", "c"])
     assert sorted(state.keys()) == ["d", "e"]
-    before = fingerprint(state)
+    before = committed_view(state)
     # Removing an absent key frees nothing.
     with pytest.raises(PolicyViolation):
         state.update({"f": 6}, remove=["nope"])
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_max_keys_rename_does_not_count_twice() -> None:
@@ -459,7 +455,7 @@ def test_max_keys_in_a_transaction_counts_the_net_result() -> None:
         state.remove("a")
         state.rename("b", "d")
     assert sorted(state.keys()) == ["c", "d"]
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def add_one() -> None:
         with state.transaction():
@@ -467,16 +463,16 @@ def test_max_keys_in_a_transaction_counts_the_net_result() -> None:
 
     with pytest.raises(PolicyViolation, match="'e'"):
         add_one()
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_max_keys_modify_creating_a_key_is_refused() -> None:
     state = State(policy=Policy(max_keys=1))
     state.set("a", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation):
         state.modify("b", 0, lambda v: v + 1)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert state.modify("a", 0, lambda v: v + 1) == 2
 
 
@@ -632,10 +628,10 @@ def test_every_violation_writes_nothing(violate: Callable[[State], Any]) -> None
     state = _governed()
     state.set("pre", 0)  # five -> six keys: at the cap
     rec = Recorder(state)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(PolicyViolation):
         violate(state)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert rec.calls == []
     assert rec.signals == []
 
@@ -647,7 +643,7 @@ def test_every_violation_inside_a_transaction_writes_nothing(
     state = _governed()
     state.set("pre", 0)
     rec = Recorder(state)
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body() -> None:
         with state.transaction():
@@ -656,6 +652,6 @@ def test_every_violation_inside_a_transaction_writes_nothing(
 
     with pytest.raises(PolicyViolation):
         body()
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert rec.calls == []
     assert rec.signals == []

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import fingerprint, tagged
 from slateflow import (
     InvalidKeyError,
     KeyExistsError,
@@ -26,27 +27,8 @@ quick = settings(deadline=None)
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def tagged(value: Any) -> Any:
-    """A form of JSON data in which 1, 1.0, True (and 0.0, -0.0) all differ; dicts unordered."""
-    if isinstance(value, dict):
-        return ("dict", tuple(sorted((k, tagged(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("list", tuple(tagged(v) for v in value))
-    if type(value) is float:
-        return ("float", repr(value))
-    return (type(value).__name__, value)
-
-
 def as_json(value: Any) -> str:
     return json.dumps(value, allow_nan=False)
-
-
-def fingerprint(state: State) -> tuple[Any, ...]:
-    return (
-        as_json(state.snapshot()),
-        state.cursor,
-        [m.to_dict(redact=False) for m in state.mutations_since(0)],
-    )
 
 
 def is_valid_key(key: str) -> bool:

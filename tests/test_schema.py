@@ -9,8 +9,8 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
+from helpers import committed_view
 from slateflow import (
-    Change,
     InvalidKeyError,
     Key,
     SchemaError,
@@ -19,10 +19,6 @@ from slateflow import (
 )
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def fingerprint(state: State) -> tuple[dict[str, Any], int, list[Change]]:
-    return state.snapshot(), state.cursor, state.mutations_since(0)
 
 
 def run_in(tx: Transaction, body: Callable[[Transaction], Any]) -> None:
@@ -70,7 +66,7 @@ def test_typed_key_validates_and_coerces_dict_input() -> None:
 def test_typed_key_rejects_invalid_value_with_pydantic_explanation() -> None:
     state = State()
     state.set(BOOKING, {"name": "Ann", "party": 2})
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(SchemaError) as info:
         state.set(BOOKING, {"name": "Ann"})
     message = str(info.value)
@@ -79,7 +75,7 @@ def test_typed_key_rejects_invalid_value_with_pydantic_explanation() -> None:
     assert "Field required" in message
     with pytest.raises(SchemaError, match="valid integer"):
         state.set(BOOKING, {"name": "Ann", "party": "lots"})
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_typed_datetime_key_stores_iso_string_and_reads_datetime() -> None:
@@ -155,14 +151,14 @@ def test_declare_validates_later_writes_and_coerces() -> None:
     assert type(state.get("booking:party_size")) is int
     # The same value in a different spelling is not a change.
     assert state.set("booking:party_size", 5) == 1
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(SchemaError) as info:
         state.set("booking:party_size", "five")
     message = str(info.value)
     assert "'booking:party_size'" in message
     assert "int" in message
     assert "Input should be a valid integer" in message
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     # Undeclared keys are untouched.
     state.set("booking:party", "five")
     assert state.get("booking:party") == "five"
@@ -242,10 +238,10 @@ def test_declare_validates_update_whole_batch() -> None:
     state = State()
     state.declare("n:*", int)
     state.set("n:a", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(SchemaError, match="'n:b'"):
         state.update({"n:a": 2, "free": "x", "n:b": "bee"})
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     state.update({"n:a": "2", "n:b": "3"})
     assert state.pick("n:a", "n:b") == {"n:a": 2, "n:b": 3}
 
@@ -255,12 +251,12 @@ def test_declare_validates_modify_and_rename() -> None:
     state.declare("n:*", int)
     state.set("n:a", 1)
     state.set("text", "hello")
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(SchemaError, match="'n:a'"):
         state.modify("n:a", 0, lambda v: "x")
     with pytest.raises(SchemaError, match="'n:moved'"):
         state.rename("text", "n:moved")
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert state.modify("n:a", 0, lambda v: str(v + 1)) == 2
     assert state.get("n:a") == 2
 
@@ -285,7 +281,7 @@ def test_schema_error_in_transaction_rolls_back_when_uncaught() -> None:
     state = State()
     state.declare("n", int)
     state.set("n", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body(tx: Transaction) -> None:
         tx.set("other", 1)
@@ -295,7 +291,7 @@ def test_schema_error_in_transaction_rolls_back_when_uncaught() -> None:
     with pytest.raises(SchemaError):
         run_in(tx, body)
     assert tx.status == "rolled_back"
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_typed_and_plain_reads_differ_only_in_form() -> None:
@@ -409,7 +405,7 @@ def test_redeclaring_an_exact_key_later_wins() -> None:
 def test_declare_over_non_matching_values_lists_them_and_declares_nothing() -> None:
     state = State()
     state.update({"a:result": "x", "b:result": "y", "c:result": 3, "d:other": "z"})
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(SchemaError) as info:
         state.declare("*:result", int)
     message = str(info.value)
@@ -419,7 +415,7 @@ def test_declare_over_non_matching_values_lists_them_and_declares_nothing() -> N
     assert "'d:other'" not in message
     assert "2 stored value(s)" in message
     assert "valid integer" in message
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     # Nothing was declared: a non-int still goes in.
     state.set("e:result", "free")
     assert state.get("e:result") == "free"

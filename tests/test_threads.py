@@ -103,6 +103,7 @@ def test_concurrent_sets_are_delivered_exactly_once_in_seq_order() -> None:
     committed = sink.mutations
     assert committed, "nothing was committed"
     assert state.cursor == committed[-1].seq
+
     # Every committed change reached every matching receiver exactly once, in commit order.
     def ids(changes: list[Change]) -> list[tuple[str, int, int]]:
         return [(c.key, c.seq, c.version) for c in changes]

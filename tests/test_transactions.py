@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import committed_view
 from slateflow import (
     Change,
     InvalidKeyError,
@@ -33,11 +34,6 @@ from slateflow import (
 
 class Boom(Exception):
     """Raised inside a transaction block to abort it."""
-
-
-def fingerprint(state: State) -> tuple[dict[str, Any], int, list[Change]]:
-    """Everything a rollback must leave untouched: values/versions/provenance, cursor, journal."""
-    return state.snapshot(), state.cursor, state.mutations_since(0)
 
 
 def in_other_thread(fn: Callable[[], Any]) -> Any:
@@ -97,7 +93,7 @@ def state() -> State:
 
 
 def test_writes_are_buffered_and_visible_inside_through_tx_and_state(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction() as tx:
         tx.set("a", 10)
         state.set("new", "n")
@@ -135,7 +131,7 @@ def test_writes_are_buffered_and_visible_inside_through_tx_and_state(state: Stat
         assert state.pick("a", "b", "new", "p:one") == {"a": 10, "new": "n"}
 
         # Nothing is committed yet.
-        assert fingerprint(state) == before
+        assert committed_view(state) == before
     assert dict(state.items()) == {"a": 10, "new": "n", "p:two": "two"}
 
 
@@ -218,12 +214,12 @@ def test_commit_returns_seq_and_marks_committed(state: State) -> None:
 
 def test_commit_with_no_net_change_writes_nothing(state: State) -> None:
     rec = Recorder(state)
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction() as tx:
         tx.set("a", 1)  # same value as committed
         tx.set("tmp", 1)
         tx.remove("tmp")
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert rec.signals == []
     assert rec.calls == []
 
@@ -264,7 +260,7 @@ def _buffer_everything(state: State, tx: Any) -> None:
 
 def test_exception_in_block_discards_everything(state: State) -> None:
     rec = Recorder(state)
-    before = fingerprint(state)
+    before = committed_view(state)
     tx = state.transaction()
 
     def body(tx: Transaction) -> None:
@@ -274,31 +270,31 @@ def test_exception_in_block_discards_everything(state: State) -> None:
     with pytest.raises(Boom):
         run_in(tx, body)
     assert tx.status == "rolled_back"
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert rec.signals == []
     assert rec.calls == []
 
 
 def test_explicit_rollback_discards_everything(state: State) -> None:
     rec = Recorder(state)
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction() as tx:
         _buffer_everything(state, tx)
         tx.rollback()
         assert tx.status == "rolled_back"
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
     assert rec.signals == []
     assert rec.calls == []
     assert state.get("a") == 1
 
 
 def test_rollback_outside_with_block(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
     tx = state.transaction()
     with tx:
         tx.set("a", 2)
         tx.rollback()
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 @pytest.mark.parametrize(
@@ -326,20 +322,20 @@ def test_operations_after_the_end_raise_transaction_error(
                 tx.rollback()
             elif ending == "explicit_commit":
                 tx.commit()
-    after = fingerprint(state)
+    after = committed_view(state)
     with pytest.raises(TransactionError):
         op(tx)
-    assert fingerprint(state) == after
+    assert committed_view(state) == after
 
 
 def test_state_writes_after_rollback_inside_block_raise_transaction_error(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction() as tx:
         tx.set("a", 2)
         tx.rollback()
         with pytest.raises(TransactionError):
             state.set("a", 3)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_state_is_writable_again_after_the_block(state: State) -> None:
@@ -462,7 +458,7 @@ def test_expected_version_matching_commits(state: State) -> None:
 
 
 def test_expected_version_mismatch_writes_nothing(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body(tx: Transaction) -> None:
         tx.set("other", 1)
@@ -470,14 +466,14 @@ def test_expected_version_mismatch_writes_nothing(state: State) -> None:
 
     with pytest.raises(VersionConflictError, match="'a'"):
         run_in(state.transaction(), body)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_expected_version_zero_for_existing_key_writes_nothing(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(VersionConflictError, match="'a'"), state.transaction():
         state.set("a", 2, expected_version=0)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_expected_version_checked_against_concurrent_writer_at_commit(state: State) -> None:
@@ -501,7 +497,7 @@ def test_bad_expected_version_raises_at_the_line(state: State, bad: Any) -> None
 
 
 def test_two_different_expected_versions_for_one_key_conflict(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body(tx: Transaction) -> None:
         tx.set("a", 2, expected_version=1)
@@ -509,15 +505,15 @@ def test_two_different_expected_versions_for_one_key_conflict(state: State) -> N
 
     with pytest.raises(VersionConflictError):
         run_in(state.transaction(), body)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_update_expected_versions_inside_transaction_are_checked(state: State) -> None:
     # BUG: state.update(expected_versions=...) inside a transaction ignores the versions.
-    before = fingerprint(state)
+    before = committed_view(state)
     with pytest.raises(VersionConflictError, match="'a'"), state.transaction():
         state.update({"a": 3}, expected_versions={"a": 5})
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 # -- nesting -------------------------------------------------------------------------------------
@@ -581,7 +577,7 @@ def test_explicit_inner_rollback_discards_only_inner_writes(state: State) -> Non
 
 
 def test_outer_exception_discards_committed_inner_writes(state: State) -> None:
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body(outer: Transaction) -> None:
         with state.transaction() as inner:
@@ -591,7 +587,7 @@ def test_outer_exception_discards_committed_inner_writes(state: State) -> None:
 
     with pytest.raises(Boom):
         run_in(state.transaction(), body)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_inner_transaction_sees_and_removes_outer_writes(state: State) -> None:
@@ -733,13 +729,13 @@ def test_rename_inside_transaction_refuses_existing_target_without_overwrite(
     state: State,
 ) -> None:
     # BUG: rename() inside a transaction ignores overwrite=False and clobbers the target.
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction():
         with pytest.raises(KeyExistsError):
             state.rename("a", "p:one")
         assert state.get("p:one") == "one"
         assert state.get("a") == 1
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_rename_inside_transaction_keeps_provenance(state: State) -> None:
@@ -832,7 +828,7 @@ def test_failing_validation_raises_at_that_line(
     write: Callable[[State], Any], error: type[Exception]
 ) -> None:
     state = _governed_state()
-    before = fingerprint(state)
+    before = committed_view(state)
     with state.transaction() as tx:
         tx.set("first", 1)
         with pytest.raises(error):
@@ -853,7 +849,7 @@ def test_failing_validation_raises_at_that_line(
 
 def test_uncaught_validation_error_rolls_the_whole_block_back() -> None:
     state = _governed_state()
-    before = fingerprint(state)
+    before = committed_view(state)
 
     def body(tx: Transaction) -> None:
         state.set("fine", 1)
@@ -861,14 +857,14 @@ def test_uncaught_validation_error_rolls_the_whole_block_back() -> None:
 
     with pytest.raises(SchemaError):
         run_in(state.transaction(), body)
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_max_keys_violation_at_commit_writes_nothing() -> None:
     state = State()
     state.policy(max_keys=2)
     state.set("a", 1)
-    before = fingerprint(state)
+    before = committed_view(state)
     tx = state.transaction()
 
     def body(tx: Transaction) -> None:
@@ -879,7 +875,7 @@ def test_max_keys_violation_at_commit_writes_nothing() -> None:
     with pytest.raises(PolicyViolation, match="capped at 2 keys"):
         run_in(tx, body)
     assert tx.status == "rolled_back"
-    assert fingerprint(state) == before
+    assert committed_view(state) == before
 
 
 def test_typed_key_inside_transaction() -> None:
@@ -991,7 +987,7 @@ def test_property_rollback_restores_and_commit_matches_model(
         state.set(key, value)
     for key in initial_removes:
         state.remove(key, None)
-    snapshot, cursor, journal = fingerprint(state)
+    snapshot, cursor, journal = committed_view(state)
     start_model = {k: v["value"] for k, v in snapshot["entries"].items()}
     start_versions = {k: v["version"] for k, v in snapshot["entries"].items()}
     calls: list[tuple[Change, ...]] = []

@@ -1,0 +1,37 @@
+"""Helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slateflow import State
+
+
+def tagged(value: Any) -> Any:
+    """A form of JSON data in which 1, 1.0, True (and 0.0, -0.0) all differ; dicts unordered."""
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((k, tagged(v)) for k, v in value.items())))
+    if isinstance(value, list):
+        return ("list", tuple(tagged(v) for v in value))
+    if type(value) is float:
+        return ("float", repr(value))
+    return (type(value).__name__, value)
+
+
+def fingerprint(state: State) -> tuple[Any, ...]:
+    """Everything observable about the state: values, versions, seqs, provenance, key order,
+    the cursor and the whole journal (what a refused or rolled-back write must not touch)."""
+    return (
+        json.dumps(state.snapshot(), allow_nan=False),
+        state.keys(),
+        len(state),
+        state.cursor,
+        [m.to_dict(redact=False) for m in state.mutations_since(0)],
+    )
+
+
+def committed_view(state: State) -> tuple[dict[str, Any], int, list[Any]]:
+    """The committed state (values, versions, provenance), cursor and journal; unlike
+    :func:`fingerprint` it reads nothing through an open transaction."""
+    return state.snapshot(), state.cursor, state.mutations_since(0)
