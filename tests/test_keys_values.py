@@ -470,3 +470,18 @@ def test_typed_key_in_update() -> None:
         state.update({"other": 1, PARTY: "lots"})
     assert "other" not in state
     assert state.get(PARTY) == 3
+
+
+def test_str_enum_members_work_as_keys_and_are_stored_as_plain_str() -> None:
+    from enum import StrEnum
+
+    class Slot(StrEnum):
+        DATE = "booking:date"
+
+    state = State()
+    assert state.set(Slot.DATE, "2025-06-14") == 1
+    assert state.set(Slot.DATE, "2025-06-15") == 2
+    state.update({Slot.DATE: "2025-06-16"})
+    assert state.get(Slot.DATE) == state.get("booking:date") == "2025-06-16"
+    assert all(type(k) is str for k in state.keys())
+    assert all(type(c.key) is str for c in state.mutations_since(0))

@@ -64,8 +64,13 @@ def _why_invalid(key: str) -> str:
 
 
 def check_key(key: object) -> str:
-    """Return ``key`` if it is a valid state key, else raise :class:`InvalidKeyError` naming it."""
+    """Return ``key`` if it is a valid state key, else raise :class:`InvalidKeyError` naming it.
+
+    A ``str`` subclass (such as a ``StrEnum`` member) is accepted and returned as a plain ``str``.
+    """
     if type(key) is not str:
+        if isinstance(key, str):
+            return check_key(str.__str__(key))
         raise InvalidKeyError(
             f"state key {key!r} is a {type(key).__name__}; keys are strings such as 'booking:date'"
         )

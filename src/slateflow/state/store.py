@@ -159,8 +159,7 @@ class State:
             name = key.name
             value = validate_with(key.adapter, name, value, key.type)
         else:
-            check_key(key)
-            raise AssertionError("unreachable")  # pragma: no cover
+            name = check_key(key)
         if name not in self._entries:
             self._check_new_key(name)
         # A declared type sees the value as written (a datetime, a model) and yields its JSON.
@@ -375,6 +374,7 @@ class State:
             # keys are stored, so a row found means `key` is a valid str key.)
             if (
                 row is not None
+                and type(key) is str
                 and (t is str or t is int or t is bool or value is None)
                 and not self._schemas.decls
                 and not policy.active
