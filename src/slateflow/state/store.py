@@ -379,7 +379,7 @@ class State:
                 and not self._schemas.decls
                 and not policy.active
             ):
-                name: str = key  # type: ignore[assignment]
+                name: str = key
                 cleaned = value
             else:
                 name, cleaned = self._prepare(key, value, stamp)
