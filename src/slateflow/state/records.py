@@ -14,17 +14,16 @@ __all__ = ["SECRET_MASK", "Change", "Entry", "Mutation"]
 SECRET_MASK = "***"
 """What a secret value is shown as wherever the state is formatted for people or models."""
 
-_new_tuple = tuple.__new__
+_alloc = object.__new__
 
 if TYPE_CHECKING:
     from .policy import Policy
 
-_Fields = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, "Policy"]
 RawChange = tuple[str, JSON, JSON, int, int, str, bool, int, Stamp, "Policy"]
 """A change as the commit path records it: a plain tuple, wrapped into a Change when read."""
 
 
-class Change(_Fields):
+class Change:
     """One committed change to one key, as delivered to subscribers and kept in the journal.
 
     ``key``; ``old`` and ``new`` values (``None`` when the key did not exist / was removed; each
@@ -33,90 +32,101 @@ class Change(_Fields):
     ``origin`` (``"set"``, ``"remove"``, ``"commit"``, ``"clear_prefix"``, ``"rename"``,
     ``"end_turn"``, ...); ``removed``; ``provenance`` and ``at`` of the write.
 
-    Changes are immutable; two changes are equal when they record the same commit of the same
-    key. The journal's :data:`Mutation` records are the same type.
+    Changes are immutable and never hand out the stored values themselves; two changes are
+    equal when they record the same commit of the same key. The journal's :data:`Mutation`
+    records are the same type.
     """
 
-    __slots__ = ()
+    __slots__ = ("_raw",)
+    _raw: RawChange
 
     @classmethod
     def wrap(cls, raw: RawChange) -> Change:
         """The :class:`Change` view of a raw change recorded by the commit path."""
-        return _new_tuple(cls, raw)
+        change = _alloc(cls)
+        change._raw = raw
+        return change
 
     @property
     def key(self) -> str:
-        return self[0]
+        return self._raw[0]
 
     @property
     def old(self) -> JSON:
-        return copy_json(self[1])
+        return copy_json(self._raw[1])
 
     @property
     def new(self) -> JSON:
-        return copy_json(self[2])
+        return copy_json(self._raw[2])
 
     @property
     def version(self) -> int:
-        return self[3]
+        return self._raw[3]
 
     @property
     def seq(self) -> int:
-        return self[4]
+        return self._raw[4]
 
     @property
     def origin(self) -> str:
-        return self[5]
+        return self._raw[5]
 
     @property
     def removed(self) -> bool:
-        return self[6]
+        return self._raw[6]
 
     @property
     def created(self) -> bool:
         """Whether this change brought the key into existence."""
-        return self[3] == 1
+        return self._raw[3] == 1
 
     @property
     def secret(self) -> bool:
         """Whether the key is secret under the state's policy (its values are masked when
         formatted; a rule added later masks earlier changes too)."""
-        return self[9].is_secret(self[0])
+        return self._raw[9].is_secret(self._raw[0])
 
     @property
     def at(self) -> datetime:
-        return ns_to_dt(self[7])
+        return ns_to_dt(self._raw[7])
 
     @property
     def provenance(self) -> Provenance:
-        return self[8].provenance(self[7])
+        return self._raw[8].provenance(self._raw[7])
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """A JSON-ready dict of this change; secret values are masked unless ``redact=False``."""
         mask = redact and self.secret
         return {
-            "seq": self[4],
-            "key": self[0],
-            "origin": self[5],
-            "removed": self[6],
-            "version": self[3],
-            "old": SECRET_MASK if mask and self[1] is not None else copy_json(self[1]),
-            "new": SECRET_MASK if mask and self[2] is not None else copy_json(self[2]),
+            "seq": self._raw[4],
+            "key": self._raw[0],
+            "origin": self._raw[5],
+            "removed": self._raw[6],
+            "version": self._raw[3],
+            "old": SECRET_MASK if mask and self._raw[1] is not None else copy_json(self._raw[1]),
+            "new": SECRET_MASK if mask and self._raw[2] is not None else copy_json(self._raw[2]),
             "provenance": self.provenance.model_dump(mode="json"),
         }
 
     def __repr__(self) -> str:
-        old, new = (SECRET_MASK, SECRET_MASK) if self.secret else (self[1], self[2])
-        what = "removed" if self[6] else f"{old!r} -> {new!r}"
+        key, old, new, version, seq, origin, removed, _, stamp, _ = self._raw
+        if self.secret:
+            old, new = SECRET_MASK, SECRET_MASK
+        what = "removed" if removed else f"{old!r} -> {new!r}"
         return (
-            f"Change({self[0]!r}: {what}, v{self[3]}, seq {self[4]}, {self[5]}, "
-            f"source={self[8].source!r}, writer={self[8].writer!r})"
+            f"Change({key!r}: {what}, v{version}, seq {seq}, {origin}, "
+            f"source={stamp.source!r}, writer={stamp.writer!r})"
         )
 
-    # Equality stays the tuple's (the fields, the shared stamp by identity); values may be
-    # unhashable, so hash what identifies the change.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Change):
+            return NotImplemented
+        # Key, seq and version identify a commit of a key; the rest must agree too.
+        return self._raw == other._raw
+
     def __hash__(self) -> int:
-        return hash((self[0], self[4], self[3], self[6]))
+        raw = self._raw
+        return hash((raw[0], raw[4], raw[3], raw[6]))
 
 
 Mutation = Change

@@ -68,8 +68,14 @@ class ScopedView:
         return self._state.set(self.prefix + key, value, **kwargs)
 
     def update(self, mapping: Mapping[str, Any], **kwargs: Any) -> int:
-        """Write several keys of this scope in one batch."""
-        return self._state.update({self.prefix + k: v for k, v in mapping.items()}, **kwargs)
+        """Write several keys of this scope in one batch (``remove=`` and
+        ``expected_versions=`` name keys of this scope too)."""
+        p = self.prefix
+        if "remove" in kwargs:
+            kwargs["remove"] = [p + k for k in kwargs["remove"]]
+        if kwargs.get("expected_versions") is not None:
+            kwargs["expected_versions"] = {p + k: v for k, v in kwargs["expected_versions"].items()}
+        return self._state.update({p + k: v for k, v in mapping.items()}, **kwargs)
 
     def modify(self, key: str, default: Any, fn: Callable[[Any], Any], **kwargs: Any) -> Any:
         """Atomic read-modify-write of ``<scope>:key``."""

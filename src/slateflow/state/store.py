@@ -86,7 +86,9 @@ class State:
         self._ring = Ring(journal_size)
         self._records = self._ring.records
         self._journal_limit = self._ring.limit
-        self._sinks: tuple[JournalSink, ...] = tuple(sinks)
+        self._sinks: tuple[JournalSink, ...] = ()
+        for sink in sinks:
+            self.add_sink(sink)
         self._subs = SubscriptionIndex()
         # Raw batches (plain tuples) waiting for delivery; wrapped into Changes once, when sent.
         self._pending: deque[tuple[RawChange, ...]] = deque()
@@ -405,8 +407,8 @@ class State:
                 ):
                     return row[1]
                 version = row[1] + 1
+            at = self._now()  # before the seq moves on, in case a user clock raises
             seq = self._seq = self._seq + 1
-            at = self._now()
             entries[name] = (cleaned, version, seq, at, stamp)
             # A plain tuple: it becomes a Change only if someone reads it.
             change: RawChange = (
@@ -553,7 +555,7 @@ class State:
         name = self._name(key)
         stamp = self._stamp(name, source, writer, confidence, meta)
         with self._lock:
-            row = self._entries.get(name)
+            row = self._row(name)
             current = copy_json(row[0]) if row is not None else clean(default, name)
             name, cleaned = self._prepare(key, fn(current), stamp)
             self._commit_batch([(name, cleaned, stamp)], "modify", deliver=False)
@@ -767,7 +769,7 @@ class State:
         if not subs.count:
             return
         if len(batch) == 1:
-            for sub in subs.for_key(batch[0][0]):
+            for sub in subs.for_key(raw[0][0]):
                 if sub.active:
                     try:
                         sub.callback(batch)
@@ -775,8 +777,8 @@ class State:
                         self._report_failure(sub.callback, exc, batch)
             return
         grouped: dict[Subscription, list[Change]] = {}
-        for change in batch:
-            for sub in subs.for_key(change[0]):
+        for change, (key, *_) in zip(batch, raw, strict=True):
+            for sub in subs.for_key(key):
                 grouped.setdefault(sub, []).append(change)
         for sub in sorted(grouped, key=lambda s: s.id):
             if sub.active:
@@ -786,14 +788,14 @@ class State:
                     self._report_failure(sub.callback, exc, batch)
 
     def _report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
-        keys = ", ".join(sorted({c[0] for c in batch}))
+        keys = ", ".join(sorted({c.key for c in batch}))
         name = getattr(receiver, "__qualname__", None) or repr(receiver)
         log.error(
             "state receiver %s failed on a change to %s (seq %d); the write stands and other "
             "receivers still ran",
             name,
             keys,
-            batch[0][4],
+            batch[0].seq,
             exc_info=exc,
         )
         if self.receiver_failed.receivers:
@@ -839,7 +841,7 @@ class State:
 
         def on_change(changes: tuple[Change, ...]) -> None:
             for change in changes:
-                if when(copy_json(change[1]), copy_json(change[2])):
+                if when(change.old, change.new):
                     action(change)
 
         action_name = getattr(action, "__qualname__", repr(action))
@@ -883,7 +885,10 @@ class State:
         task's reads and writes go to the state again.
         """
         tx = self._txvar.get()
-        return tx if tx is not None and tx._token is not None else None
+        # After an inner block exits, an outer block may still be open.
+        while tx is not None and tx._token is None:
+            tx = tx._parent
+        return tx
 
     def transaction(self) -> Transaction:
         """A transaction: ``with state.transaction() as tx: ...`` commits all writes as one batch.
@@ -939,7 +944,7 @@ class State:
 
     def is_secret(self, key: str | Key[Any]) -> bool:
         """Whether ``key`` is marked secret by the policy."""
-        return self._secret(self._name(key))
+        return self._secret(check_key(self._name(key)))
 
     def declare(self, key: str | Key[Any], type_: Any = None) -> None:
         """Declare the type of a key or ``*`` pattern; later writes are validated against it.
@@ -1030,10 +1035,9 @@ class State:
     def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
         """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""
         lines = []
-        for key in self._keys(prefix):
-            row = self._entries.get(key)
-            if row is None:
-                continue
+        with self._lock:
+            rows = [(key, self._entries[key]) for key in self._keys(prefix)]
+        for key, row in rows:
             value = SECRET_MASK if self._secret(key) else repr(row[0])
             line = f"{key} = {value}"
             if provenance:

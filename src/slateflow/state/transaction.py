@@ -119,6 +119,8 @@ class Transaction:
         if self._parent is not None:
             return self._parent._read_row(name)
         entry = self._state._entries.get(name)
+        if entry is None:
+            check_key(name)  # an invalid key is an error, not merely absent
         self._reads.setdefault(name, entry[1] if entry is not None else 0)
         return (_MISSING, None) if entry is None else (entry[0], entry[4])
 
@@ -227,7 +229,7 @@ class Transaction:
         written = {name for name, _, _ in staged}
         for key in remove:
             stamp = self._state._stamp(key, source, writer, None, None)
-            name = self._state._name(key)
+            name = check_key(self._state._name(key))
             self._state._check_remove(name, stamp)
             if name in written:
                 raise StateValueError(
@@ -277,6 +279,7 @@ class Transaction:
         meta: Mapping[str, Any] | None = None,
     ) -> Any:
         """Buffer ``fn(current value or default)`` as the key's new value; returns it."""
+        self._check_open()
         name = self._state._name(key)
         current = self._read(name)
         current = copy_json(clean(default, name) if current is _MISSING else current)
