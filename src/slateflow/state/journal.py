@@ -81,9 +81,9 @@ class JsonlSink:
 class Ring:
     """The in-memory journal: the last ``size`` mutations, with a cursor over commits.
 
-    Appends are amortised: the deque may briefly hold up to ``limit`` records and is trimmed
-    back to ``size`` in one go (and before every read), which keeps the per-write cost to a
-    single deque append.
+    Appends are amortised: the deque may briefly hold more than ``size`` records (``append``
+    trims past ``limit``; the state's single-write path trims every 64th commit) and is trimmed
+    back to ``size`` in one go, and before every read, so readers see exactly ``size``.
     """
 
     __slots__ = ("dropped_seq", "limit", "records", "size")

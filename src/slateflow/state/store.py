@@ -11,7 +11,7 @@ from contextvars import ContextVar, Token
 from functools import cached_property
 from typing import Any, TypeVar, overload
 
-from blinker import Signal
+from blinker import ANY, Signal
 
 from ..errors import (
     KeyExistsError,
@@ -42,12 +42,31 @@ log = logging.getLogger("slateflow.state")
 
 
 _MISSING = MISSING
+_F = TypeVar("_F", bound=Callable[..., Any])
 _CONTAINERS = (dict, list)
 _wrap = Change.wrap
 _STRICT = (dict, list, float)
 _SCALARS = frozenset({str, int, bool, type(None)})
 # One stored entry: (value, version, seq, at_ns, stamp). A plain tuple keeps a key small.
 _Row = tuple[JSON, int, int, int, Stamp]
+
+
+class _ChangedSignal(Signal):
+    """``state.changed``: a blinker Signal that tells its state when receivers come and go, so
+    a write with nobody listening skips delivery with one flag test."""
+
+    def __init__(self, on_receivers: Callable[[], None]) -> None:
+        super().__init__("slateflow.state.changed")
+        self._on_receivers = on_receivers
+
+    def connect(self, receiver: _F, sender: Any = ANY, weak: bool = True) -> _F:
+        connected = super().connect(receiver, sender, weak)
+        self._on_receivers()
+        return connected
+
+    def disconnect(self, receiver: Callable[..., Any], sender: Any = ANY) -> None:
+        super().disconnect(receiver, sender)
+        self._on_receivers()
 
 
 class State:
@@ -80,12 +99,9 @@ class State:
     ) -> None:
         self._entries: dict[str, _Row] = {}
         self._lock = threading.RLock()
-        self._acquire = self._lock.acquire
-        self._release = self._lock.release
         self._seq = 0
         self._ring = Ring(journal_size)
         self._records = self._ring.records
-        self._journal_limit = self._ring.limit
         self._sinks: tuple[JournalSink, ...] = ()
         for sink in sinks:
             self.add_sink(sink)
@@ -106,10 +122,16 @@ class State:
         self._txvar: ContextVar[Transaction | None] = ContextVar(
             f"slateflow_tx_{id(self)}", default=None
         )
-        self.changed = Signal("slateflow.state.changed")
+        # Whether any subscription or signal receiver exists. It may stay True after a weakly
+        # referenced receiver is collected; that only costs a delivery that finds nobody.
+        self._listening = False
+        self.changed = _ChangedSignal(self._refresh_listening)
         self.receiver_failed = Signal("slateflow.state.receiver_failed")
 
     # -- small internals shared with transactions and views ----------------------------------
+
+    def _refresh_listening(self) -> None:
+        self._listening = bool(self.changed.receivers) or self._subs.count > 0
 
     def _name(self, key: str | Key[Any]) -> str:
         if type(key) is str:
@@ -365,7 +387,8 @@ class State:
         entries = self._entries
         policy = self._policy
         # acquire/release costs a third of a with-block on CPython 3.11; this is the hot path.
-        self._acquire()
+        lock = self._lock
+        lock.acquire()
         try:
             try:
                 row = entries.get(key)  # type: ignore[arg-type]
@@ -407,7 +430,10 @@ class State:
                 ):
                     return row[1]
                 version = row[1] + 1
-            at = self._now()  # before the seq moves on, in case a user clock raises
+            # Read before the seq moves on, in case a user clock raises. (A local call avoids
+            # CPython's slow method lookup for a callable stored on the instance.)
+            now = self._now
+            at = now()
             seq = self._seq = self._seq + 1
             entries[name] = (cleaned, version, seq, at, stamp)
             # A plain tuple: it becomes a Change only if someone reads it.
@@ -423,25 +449,23 @@ class State:
                 stamp,
                 policy,
             )
-            # Ring.append, inlined.
-            records = self._records
-            records.append(change)
-            if len(records) > self._journal_limit:
+            # Ring.append, inlined; trimming every 64th commit bounds the overshoot (reads trim
+            # exactly) and spares every write a length check.
+            self._records.append(change)
+            if not seq & 63:
                 self._ring.trim()
             failures = self._feed_sinks((change,)) if self._sinks else None
             subs = self._subs
-            listened = self.changed.receivers or (
-                subs.count
-                and (
-                    name in subs.by_key
-                    or subs.everything
-                    or (subs.by_pattern and subs.for_key(name))
-                )
+            listened = self._listening and (
+                self.changed.receivers
+                or name in subs.by_key
+                or subs.everything
+                or (subs.by_pattern and subs.for_key(name))
             )
             if listened:
                 self._pending.append((change,))
         finally:
-            self._release()
+            lock.release()
         if failures:
             self._report_sink_failures(failures, (change,))
         if listened:
@@ -702,8 +726,8 @@ class State:
             batch = tuple(changes)
             self._ring.append(batch)
             failures = self._feed_sinks(batch) if self._sinks else None
-            if self.changed.receivers or (
-                self._subs.count and any(self._subs.for_key(c[0]) for c in batch)
+            if self._listening and (
+                self.changed.receivers or any(self._subs.for_key(c[0]) for c in batch)
             ):
                 self._pending.append(batch)
         if failures:
@@ -820,7 +844,13 @@ class State:
         ``receiver_failed``; the write and the other subscribers are unaffected.
         """
         names = None if keys is None else [self._name(k) for k in keys]
-        return self._subs.make(self, callback, names, pattern)
+        sub = self._subs.make(self, callback, names, pattern)
+        self._refresh_listening()
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        self._subs.remove(sub)
+        self._refresh_listening()
 
     def watch(
         self,

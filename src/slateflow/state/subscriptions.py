@@ -49,7 +49,7 @@ class Subscription:
         """Stop receiving changes."""
         if self.active:
             self.active = False
-            self._state._subs.remove(self)
+            self._state._unsubscribe(self)
 
     def __enter__(self) -> Subscription:
         return self
