@@ -507,17 +507,17 @@ class State:
             stamp = self._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
         entries = self._entries
         # Scalars written to existing keys of an ungoverned state need no validation work.
+        prepare = self._prepare
         ops: list[tuple[str, JSON, Stamp]]
-        if (
-            not self._schemas.decls
-            and not self._policy.active
-            and all(
-                type(k) is str and type(v) in _SCALARS and k in entries for k, v in mapping.items()
-            )
-        ):
-            ops = [(k, v, stamp) for k, v in mapping.items()]  # type: ignore[misc]
+        if not self._schemas.decls and not self._policy.active:
+            ops = [
+                (k, v, stamp)
+                if type(k) is str and type(v) in _SCALARS and k in entries
+                else (*prepare(k, v, stamp), stamp)
+                for k, v in mapping.items()
+            ]
         else:
-            ops = [(*self._prepare(k, v, stamp), stamp) for k, v in mapping.items()]
+            ops = [(*prepare(k, v, stamp), stamp) for k, v in mapping.items()]
         if remove:
             written = {op[0] for op in ops}
             for key in remove:
@@ -696,7 +696,8 @@ class State:
                 if created:
                     policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
             seq = self._seq + 1
-            at = self._now()
+            now = self._now
+            at = now()
             changes: list[RawChange] = []
             add = changes.append
             for key, value, stamp in ops:
