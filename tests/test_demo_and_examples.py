@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from slateflow.__main__ import main
-from slateflow.demo import ManualClock, run
+from slateflow.demo import TickingClock, run
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -88,7 +88,7 @@ def test_demo_is_deterministic_and_leaves_the_booking_in_the_state() -> None:
 
 
 def test_manual_clock_moves_on_each_read() -> None:
-    clock = ManualClock(step=2.0)
+    clock = TickingClock(step=2.0)
     assert clock() + 2.0 == clock()
 
 

@@ -20,18 +20,19 @@ from typing import Any
 from .errors import SlateError, VersionConflictError
 from .state import Change, State, provenance, result_key, status_key, when
 
-__all__ = ["ManualClock", "run"]
+__all__ = ["TickingClock", "run"]
 
 Out = Callable[[str], object]
 
 START = datetime(2025, 6, 13, 18, 0, 0, tzinfo=UTC)
 
 
-class ManualClock:
+class TickingClock:
     """A ``time.time``-like clock that moves on by ``step`` seconds each time it is read.
 
     The State reads its clock once per committed batch, so every commit gets a distinct,
-    reproducible timestamp.
+    reproducible timestamp. (It ticks by itself; it is not a test clock that waits to be
+    advanced.)
     """
 
     def __init__(self, start: datetime = START, step: float = 1.0) -> None:
@@ -60,7 +61,7 @@ def _heading(out: Out, title: str) -> None:
 
 def run(out: Out = print) -> State:
     """Run the demo, writing its narrative line by line to ``out``; returns the final State."""
-    state = State(clock=ManualClock())
+    state = State(clock=TickingClock())
     avail = "availability"
 
     # Governance first: only the availability resolver writes its keys, card numbers are
