@@ -112,3 +112,21 @@ def test_is_secret_of_an_invalid_key_raises() -> None:
 def test_state_refuses_a_sink_without_record() -> None:
     with pytest.raises(TypeError, match="journal sink"):
         State(sinks=[object()])  # type: ignore[list-item]
+
+
+def test_a_nested_commit_refused_for_conflicting_expectations_merges_nothing() -> None:
+    state = State()
+    state.set("a", 1)
+    with state.transaction() as outer:
+        outer.set("a", 2, expected_version=1)
+        inner = state.transaction()
+        inner.__enter__()
+        inner.set("b", 1)
+        inner.set("a", 3, expected_version=5)
+        with pytest.raises(VersionConflictError, match="'a'"):
+            inner.__exit__(None, None, None)
+        assert inner.status == "rolled_back"
+        assert state.get("a") == 2
+        assert not state.contains("b")
+    assert state.get("a") == 2
+    assert state.cursor == 2

@@ -86,9 +86,15 @@ class Transaction:
         if self._parent is not None:
             parent = self._parent
             parent._check_open()
+            # Check every expectation before merging anything, so a refused merge changes nothing.
+            try:
+                for key, version in self._expected.items():
+                    parent._check_expect(key, version)
+            except VersionConflictError:
+                self.status = "rolled_back"
+                raise
             parent._writes.update(self._writes)
-            for key, version in self._expected.items():
-                parent._expect(key, version)
+            parent._expected.update(self._expected)
             self.status = "committed"
             return self._state.cursor
         ops = [(key, value, stamp) for key, (value, stamp) in self._writes.items()]
@@ -180,12 +186,15 @@ class Transaction:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _expect(self, name: str, version: int) -> None:
+    def _check_expect(self, name: str, version: int) -> None:
         if self._expected.get(name, version) != version:
             raise VersionConflictError(
                 f"{name!r} is expected at two different versions in one transaction "
                 f"({self._expected[name]} and {version})"
             )
+
+    def _expect(self, name: str, version: int) -> None:
+        self._check_expect(name, version)
         self._expected[name] = version
 
     def set(
