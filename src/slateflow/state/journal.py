@@ -81,9 +81,10 @@ class JsonlSink:
 class Ring:
     """The in-memory journal: the last ``size`` mutations, with a cursor over commits.
 
-    Appends are amortised: the deque may briefly hold more than ``size`` records (``append``
-    trims past ``limit``; the state's single-write path trims every 64th commit) and is trimmed
-    back to ``size`` in one go, and before every read, so readers see exactly ``size``.
+    Appends are amortised: the deque may hold up to ``size + 64`` records between trims
+    (``append`` trims past ``limit``; the state's single-write path trims every 64th commit)
+    and is trimmed back to ``size`` in one go, and before every read, so readers see exactly
+    ``size``. With ``size == 0`` nothing is ever kept.
     """
 
     __slots__ = ("dropped_seq", "limit", "records", "size")
@@ -92,11 +93,13 @@ class Ring:
         if type(size) is not int or size < 0:
             raise ValueError(f"journal_size must be a non-negative int, got {size!r}")
         self.size = size
-        self.limit = size + max(size // 8, 16) if size else 0
+        self.limit = size + min(max(size // 8, 16), 64) if size else 0
         self.records: deque[RawChange] = deque()
         self.dropped_seq = 0
 
     def append(self, batch: Sequence[RawChange]) -> None:
+        if not self.size:
+            return
         self.records.extend(batch)
         if len(self.records) > self.limit:
             self.trim()
@@ -111,8 +114,11 @@ class Ring:
             records.popleft()
         self.dropped_seq = records.popleft()[4]
 
-    def since(self, cursor: int) -> list[Mutation]:
+    def since(self, cursor: int, head: int) -> list[Mutation]:
+        """Every record after ``cursor``; ``head`` is the state's newest seq."""
         self.trim()
+        if not self.size and cursor < head:
+            self.dropped_seq = head
         if cursor < self.dropped_seq:
             raise CursorExpiredError(
                 f"journal cursor {cursor} has expired: mutations up to seq {self.dropped_seq} "

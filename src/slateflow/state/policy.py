@@ -101,11 +101,14 @@ class Policy:
 
     def for_key(self, key: str) -> _Effective:
         """The rules governing ``key``, folded (cached per key)."""
-        eff = self._cache.get(key)
+        # One read of the cache and the rules: a rule added meanwhile replaces the cache, and
+        # what is folded here from the old rules must not land in the new cache.
+        cache, rules = self._cache, self.rules
+        eff = cache.get(key)
         if eff is not None:
             return eff
         eff = _NO_RULES
-        for rule in self.rules:
+        for rule in rules:
             if not compile_pattern(rule.pattern).matches(key):
                 continue
             if eff is _NO_RULES:
@@ -121,9 +124,9 @@ class Policy:
             ):
                 eff.max_bytes = (rule.pattern, rule.max_bytes)
             eff.secret = eff.secret or rule.secret
-        if len(self._cache) > 100_000:
-            self._cache = {}
-        self._cache[key] = eff
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = eff
         return eff
 
     def is_secret(self, key: str) -> bool:

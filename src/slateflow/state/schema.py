@@ -30,15 +30,31 @@ def _type_name(type_: Any) -> str:
     return repr(type_)
 
 
-def validate_with(adapter: TypeAdapter[Any], key: str, value: JSON, type_: Any) -> JSON:
-    """Validate ``value`` for ``key`` and return the JSON form of the validated value."""
+def explain(exc: Exception, secret: bool) -> str:
+    """Pydantic's explanation of a failed validation; for a secret key, without the input."""
+    if not isinstance(exc, ValidationError):
+        return f"{type(exc).__name__}: {exc}" if not secret else type(exc).__name__
+    if not secret:
+        return str(exc)
+    problems = exc.errors(include_input=False, include_url=False)
+    lines = [f"{'.'.join(map(str, p['loc'])) or 'value'}: {p['msg']}" for p in problems]
+    return "\n".join(lines) + "\n(the value is not shown: the key is secret)"
+
+
+def validate_with(
+    adapter: TypeAdapter[Any], key: str, value: JSON, type_: Any, *, secret: bool = False
+) -> JSON:
+    """Validate ``value`` for ``key`` and return the JSON form of the validated value.
+
+    Any failure, including an exception a custom validator raises, becomes a :class:`SchemaError`.
+    """
     try:
-        typed = adapter.validate_python(value)
-    except ValidationError as exc:
+        return adapter.dump_python(adapter.validate_python(value), mode="json")
+    except Exception as exc:
         raise SchemaError(
-            f"value for {key!r} does not match its declared type {_type_name(type_)}:\n{exc}"
-        ) from None
-    return adapter.dump_python(typed, mode="json")
+            f"value for {key!r} does not match its declared type {_type_name(type_)}:\n"
+            + explain(exc, secret)
+        ) from (None if isinstance(exc, ValidationError) else exc)
 
 
 class Schemas:
@@ -77,29 +93,25 @@ class Schemas:
 
     def find(self, key: str) -> _Declaration | None:
         """The declaration governing ``key``, if any."""
+        # One read of the cache and the list: a declaration added meanwhile replaces the cache,
+        # and what is computed here from the old list must not land in the new cache.
+        cache, decls = self._cache, self.decls[:]
         try:
-            return self._cache[key]
+            return cache[key]
         except KeyError:
             pass
         best: _Declaration | None = None
-        for decl in self.decls:
+        for decl in decls:
             if decl.pattern.matches(key) and (
                 best is None or decl.pattern.specificity >= best.pattern.specificity
             ):
                 best = decl
-        if len(self._cache) > 100_000:
-            self._cache = {}
-        self._cache[key] = best
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = best
         return best
 
-    def validate(self, key: str, value: JSON) -> JSON:
-        """Validate ``value`` against the declaration for ``key`` (unchanged if none)."""
-        decl = self.find(key)
-        if decl is None:
-            return value
-        return validate_with(decl.adapter, key, value, decl.type)
-
     @staticmethod
-    def check(decl: _Declaration, key: str, value: JSON) -> JSON:
+    def check(decl: _Declaration, key: str, value: JSON, *, secret: bool = False) -> JSON:
         """Validate ``value`` for ``key`` against one declaration."""
-        return validate_with(decl.adapter, key, value, decl.type)
+        return validate_with(decl.adapter, key, value, decl.type, secret=secret)

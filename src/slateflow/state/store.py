@@ -27,7 +27,7 @@ from .keys import META_PREFIX, Key, check_key
 from .policy import Policy, Rule
 from .provenance import Provenance, Stamp, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
-from .schema import Schemas, validate_with
+from .schema import Schemas, explain, validate_with
 from .scopes import ReadOnlyView, ScopedView
 from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription, SubscriptionIndex
@@ -102,6 +102,7 @@ class State:
         self._seq = 0
         self._ring = Ring(journal_size)
         self._records = self._ring.records
+        self._journaling = journal_size > 0
         self._sinks: tuple[JournalSink, ...] = ()
         for sink in sinks:
             self.add_sink(sink)
@@ -131,7 +132,9 @@ class State:
     # -- small internals shared with transactions and views ----------------------------------
 
     def _refresh_listening(self) -> None:
-        self._listening = bool(self.changed.receivers) or self._subs.count > 0
+        # Under the lock, so the last refresh always reflects every finished (un)subscribe.
+        with self._lock:
+            self._listening = bool(self.changed.receivers) or self._subs.count > 0
 
     def _name(self, key: str | Key[Any]) -> str:
         if type(key) is str:
@@ -181,7 +184,7 @@ class State:
             name = key
         elif isinstance(key, Key):
             name = key.name
-            value = validate_with(key.adapter, name, value, key.type)
+            value = validate_with(key.adapter, name, value, key.type, secret=self._secret(name))
         else:
             name = check_key(key)
         if name not in self._entries:
@@ -189,7 +192,7 @@ class State:
         # A declared type sees the value as written (a datetime, a model) and yields its JSON.
         decl = self._schemas.find(name) if self._schemas.decls else None
         if decl is not None:
-            value = Schemas.check(decl, name, value)
+            value = Schemas.check(decl, name, value, secret=self._secret(name))
         cleaned = clean(value, name)
         if self._policy.active:
             self._policy.check(name, cleaned, stamp)
@@ -213,8 +216,9 @@ class State:
             return key.adapter.validate_python(copy_json(raw))
         except Exception as exc:
             raise SchemaError(
-                f"stored value of {key.name!r} does not match {key!r}: {exc}; "
-                f"declare the key (state.declare({key.name!r}, ...)) so writes are checked"
+                f"stored value of {key.name!r} does not match {key!r}; declare the key "
+                f"(state.declare({key.name!r}, ...)) so writes are checked:\n"
+                + explain(exc, self._secret(key.name))
             ) from None
 
     def _secret(self, key: str) -> bool:
@@ -451,10 +455,10 @@ class State:
             )
             # Ring.append, inlined; trimming every 64th commit bounds the overshoot (reads trim
             # exactly) and spares every write a length check.
-            self._records.append(change)
-            if not seq & 63:
-                self._ring.trim()
-            failures = self._feed_sinks((change,)) if self._sinks else None
+            if self._journaling:
+                self._records.append(change)
+                if not seq & 63:
+                    self._ring.trim()
             subs = self._subs
             listened = self._listening and (
                 self.changed.receivers
@@ -462,8 +466,10 @@ class State:
                 or subs.everything
                 or (subs.by_pattern and subs.for_key(name))
             )
+            # Queued before the sinks run, so a write a sink makes is delivered after this one.
             if listened:
                 self._pending.append((change,))
+            failures = self._feed_sinks((change,)) if self._sinks else None
         finally:
             lock.release()
         if failures:
@@ -480,8 +486,8 @@ class State:
         writer: str | None = None,
         confidence: float | None = None,
         meta: Mapping[str, Any] | None = None,
-        remove: Iterable[str | Key[Any]] = (),
-        expected_versions: Mapping[str, int] | None = None,
+        remove: str | Key[Any] | Iterable[str | Key[Any]] = (),
+        expected_versions: Mapping[str | Key[Any], int] | None = None,
     ) -> int:
         """Write several keys (and remove the ``remove`` keys that exist) as one atomic batch.
 
@@ -499,16 +505,29 @@ class State:
                 remove=remove,
                 expected_versions=expected_versions,
             )
-        for name, version in (expected_versions or {}).items():
-            self._check_version_arg(check_key(name), version)
         if meta is None and source == "user" and writer is None and confidence is None:
             stamp = self._default_stamp
         else:
             stamp = self._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
+        ops, expected = self._stage_update(mapping, stamp, remove, expected_versions)
+        return self._commit_batch(ops, "update", expected=expected)
+
+    def _stage_update(
+        self,
+        mapping: Mapping[str | Key[Any], Any],
+        stamp: Stamp,
+        remove: str | Key[Any] | Iterable[str | Key[Any]],
+        expected_versions: Mapping[str | Key[Any], int] | None,
+    ) -> tuple[list[tuple[str, JSON, Stamp]], dict[str, int]]:
+        """Validate an update (shared with transactions): its ops and its expected versions."""
+        expected = {
+            (name := check_key(self._name(key))): self._check_version_arg(name, version)
+            for key, version in (expected_versions or {}).items()
+        }
         entries = self._entries
-        # Scalars written to existing keys of an ungoverned state need no validation work.
         prepare = self._prepare
         ops: list[tuple[str, JSON, Stamp]]
+        # Scalars written to existing keys of an ungoverned state need no validation work.
         if not self._schemas.decls and not self._policy.active:
             ops = [
                 (k, v, stamp)
@@ -518,17 +537,25 @@ class State:
             ]
         else:
             ops = [(*prepare(k, v, stamp), stamp) for k, v in mapping.items()]
-        if remove:
-            written = {op[0] for op in ops}
-            for key in remove:
-                name = check_key(self._name(key))
-                self._check_remove(name, stamp)
-                if name in written:
-                    raise StateValueError(
-                        f"update() both writes and removes {name!r}; do one or the other"
-                    )
+        names = {op[0] for op in ops}
+        if len(names) != len(ops):
+            twice = sorted({n for n in names if sum(op[0] == n for op in ops) > 1})
+            raise StateValueError(
+                f"update() names {', '.join(map(repr, twice))} twice (as a str and a Key?); "
+                "give each key once"
+            )
+        removed: set[str] = set()
+        for key in _key_list(remove):
+            name = check_key(self._name(key))
+            self._check_remove(name, stamp)
+            if name in names:
+                raise StateValueError(
+                    f"update() both writes and removes {name!r}; do one or the other"
+                )
+            if name not in removed:
+                removed.add(name)
                 ops.append((name, REMOVED, stamp))
-        return self._commit_batch(ops, "update", expected=expected_versions)
+        return ops, expected
 
     def remove(
         self,
@@ -644,8 +671,7 @@ class State:
         if self._tx_open and (tx := self._tx()) is not None:
             prefixes = (prefix,) if isinstance(prefix, str) else prefix
             doomed = [k for p in prefixes for k in tx.keys(p)]
-            for k in doomed:
-                tx.remove(k, source=source, writer=writer)
+            tx.update({}, source=source, writer=writer, remove=doomed)  # all or nothing
             return len(doomed)
         stamp = self._stamp(prefix, source, writer, None, None)
         with self._lock:
@@ -726,11 +752,11 @@ class State:
             self._seq = seq
             batch = tuple(changes)
             self._ring.append(batch)
-            failures = self._feed_sinks(batch) if self._sinks else None
             if self._listening and (
                 self.changed.receivers or any(self._subs.for_key(c[0]) for c in batch)
             ):
                 self._pending.append(batch)
+            failures = self._feed_sinks(batch) if self._sinks else None
         if failures:
             self._report_sink_failures(failures, batch)
         if deliver:
@@ -834,7 +860,7 @@ class State:
     def subscribe(
         self,
         callback: Callback,
-        keys: Iterable[str | Key[Any]] | None = None,
+        keys: str | Key[Any] | Iterable[str | Key[Any]] | None = None,
         pattern: str | Iterable[str] | None = None,
     ) -> Subscription:
         """Call ``callback(changes)`` once per committed batch touching the watched keys.
@@ -844,7 +870,7 @@ class State:
         the batch, in commit order. A callback that raises is logged and reported on
         ``receiver_failed``; the write and the other subscribers are unaffected.
         """
-        names = None if keys is None else [self._name(k) for k in keys]
+        names = None if keys is None else [self._name(k) for k in _key_list(keys)]
         sub = self._subs.make(self, callback, names, pattern)
         self._refresh_listening()
         return sub
@@ -989,14 +1015,18 @@ class State:
         with self._lock:
             self._schemas.activate(decl)
             bad = []
-            # Only keys this declaration wins are checked: a more specific one still governs
-            # the others.
-            for name, row in self._entries.items():
-                if decl.pattern.matches(name) and self._schemas.find(name) is decl:
-                    try:
-                        Schemas.check(decl, name, row[0])
-                    except SchemaError as exc:
-                        bad.append(str(exc))
+            try:
+                # Only keys this declaration wins are checked: a more specific one still
+                # governs the others.
+                for name, row in self._entries.items():
+                    if decl.pattern.matches(name) and self._schemas.find(name) is decl:
+                        try:
+                            Schemas.check(decl, name, row[0], secret=self._secret(name))
+                        except SchemaError as exc:
+                            bad.append(str(exc))
+            except BaseException:
+                self._schemas.deactivate(decl)
+                raise
             if bad:
                 self._schemas.deactivate(decl)
                 raise SchemaError(
@@ -1017,7 +1047,7 @@ class State:
         Raises :class:`CursorExpiredError` when the journal ring no longer holds all of them.
         """
         with self._lock:
-            return self._ring.since(cursor)
+            return self._ring.since(cursor, self._seq)
 
     def add_sink(self, sink: JournalSink) -> None:
         """Feed every later committed batch to ``sink`` as well."""
@@ -1118,6 +1148,11 @@ class State:
     def derived(self) -> ReadOnlyView:
         """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError)."""
         return ReadOnlyView(self, "derived")
+
+
+def _key_list(keys: str | Key[Any] | Iterable[str | Key[Any]]) -> list[str | Key[Any]]:
+    # A lone key is one key, not an iterable of characters.
+    return [keys] if isinstance(keys, str | Key) else list(keys)
 
 
 def _names(names: Iterable[str] | None) -> frozenset[str] | None:

@@ -48,7 +48,6 @@ class Subscription:
     def close(self) -> None:
         """Stop receiving changes."""
         if self.active:
-            self.active = False
             self._state._unsubscribe(self)
 
     def __enter__(self) -> Subscription:
@@ -109,6 +108,9 @@ class SubscriptionIndex:
 
     def remove(self, sub: Subscription) -> None:
         with self._lock:
+            if not sub.active:
+                return  # closed already, maybe by another thread at the same moment
+            sub.active = False
             for k in sub.keys:
                 rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
                 if rest:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     KeyExistsError,
     MissingKeyError,
-    StateValueError,
     TransactionError,
     VersionConflictError,
 )
@@ -175,13 +174,14 @@ class Transaction:
         """``(key, value)`` pairs under ``prefix`` as this transaction sees them."""
         return [(k, self.get(k)) for k in self.keys(prefix)]
 
-    def pick(self, *keys: str) -> dict[str, Any]:
-        """The values of those ``keys`` that exist."""
+    def pick(self, *keys: str | Key[Any]) -> dict[str, Any]:
+        """The values of those ``keys`` that exist, by key name."""
         out = {}
         for k in keys:
-            value = self._read(self._state._name(k))
+            name = self._state._name(k)
+            value = self._read(name)
             if value is not _MISSING:
-                out[k] = copy_json(value)
+                out[name] = copy_json(value)
         return out
 
     # -- writes ------------------------------------------------------------------------------
@@ -226,33 +226,24 @@ class Transaction:
         writer: str | None = None,
         confidence: float | None = None,
         meta: Mapping[str, Any] | None = None,
-        remove: Iterable[str | Key[Any]] = (),
-        expected_versions: Mapping[str, int] | None = None,
+        remove: str | Key[Any] | Iterable[str | Key[Any]] = (),
+        expected_versions: Mapping[str | Key[Any], int] | None = None,
     ) -> int:
-        """Buffer several writes (and removals of the ``remove`` keys that exist)."""
+        """Buffer several writes (and removals of the ``remove`` keys that exist).
+
+        Everything is validated first: a refused update buffers nothing.
+        """
         self._check_open()
-        staged = []
-        for key, value in mapping.items():
-            stamp = self._state._stamp(key, source, writer, confidence, meta)
-            staged.append((*self._state._prepare(key, value, stamp), stamp))
-        written = {name for name, _, _ in staged}
-        for key in remove:
-            stamp = self._state._stamp(key, source, writer, None, None)
-            name = check_key(self._state._name(key))
-            self._state._check_remove(name, stamp)
-            if name in written:
-                raise StateValueError(
-                    f"update() both writes and removes {name!r}; do one or the other"
-                )
-            staged.append((name, REMOVED, stamp))
-        for name, version in (expected_versions or {}).items():
-            self._state._check_version_arg(check_key(name), version)
-        for name, version in (expected_versions or {}).items():
-            self._expect(name, version)
-        for name, cleaned, stamp in staged:
+        state = self._state
+        stamp = state._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
+        ops, expected = state._stage_update(mapping, stamp, remove, expected_versions)
+        for name, version in expected.items():
+            self._check_expect(name, version)
+        self._expected.update(expected)
+        for name, cleaned, op_stamp in ops:
             if cleaned is REMOVED and self._read(name) is _MISSING:
                 continue
-            self._writes[name] = (cleaned, stamp)
+            self._writes[name] = (cleaned, op_stamp)
         return self._state.cursor
 
     def remove(
