@@ -526,29 +526,40 @@ class State:
         }
         entries = self._entries
         prepare = self._prepare
+        odd: list[object] = []  # keys that are not plain str (a Key may repeat a str's name)
+
+        def validated(k: str | Key[Any], v: Any) -> tuple[str, JSON, Stamp]:
+            if type(k) is not str:
+                odd.append(k)
+            return (*prepare(k, v, stamp), stamp)
+
         ops: list[tuple[str, JSON, Stamp]]
         # Scalars written to existing keys of an ungoverned state need no validation work.
         if not self._schemas.decls and not self._policy.active:
             ops = [
                 (k, v, stamp)
                 if type(k) is str and type(v) in _SCALARS and k in entries
-                else (*prepare(k, v, stamp), stamp)
+                else validated(k, v)
                 for k, v in mapping.items()
             ]
         else:
-            ops = [(*prepare(k, v, stamp), stamp) for k, v in mapping.items()]
-        names = {op[0] for op in ops}
-        if len(names) != len(ops):
-            twice = sorted({n for n in names if sum(op[0] == n for op in ops) > 1})
-            raise StateValueError(
-                f"update() names {', '.join(map(repr, twice))} twice (as a str and a Key?); "
-                "give each key once"
-            )
+            ops = [validated(k, v) for k, v in mapping.items()]
+        if odd:
+            names = [op[0] for op in ops]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise StateValueError(
+                    f"update() names {', '.join(map(repr, twice))} twice (as a str and a Key?);"
+                    " give each key once"
+                )
+        if not remove:
+            return ops, expected
+        written = {op[0] for op in ops}
         removed: set[str] = set()
         for key in _key_list(remove):
             name = check_key(self._name(key))
             self._check_remove(name, stamp)
-            if name in names:
+            if name in written:
                 raise StateValueError(
                     f"update() both writes and removes {name!r}; do one or the other"
                 )
