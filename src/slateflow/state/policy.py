@@ -10,7 +10,14 @@ from .keys import compile_pattern
 from .provenance import Stamp
 from .values import JSON, serialized_size
 
-__all__ = ["Policy", "Rule"]
+__all__ = ["Policy", "Rule", "name_set"]
+
+
+def name_set(names: str | Iterable[str] | None) -> frozenset[str] | None:
+    """``names`` as a frozenset; a lone string is one name, not a set of characters."""
+    if names is None:
+        return None
+    return frozenset([names] if isinstance(names, str) else names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +41,10 @@ class Rule:
 
     def __post_init__(self) -> None:
         compile_pattern(self.pattern)  # raises InvalidKeyError for a bad pattern
-        for name in ("sources", "writers"):
-            names = getattr(self, name)
+        for field_name in ("sources", "writers"):
+            names = getattr(self, field_name)
             if names is not None and not isinstance(names, frozenset):
-                # A lone string is one name, not a set of characters.
-                names = frozenset([names] if isinstance(names, str) else names)
-                object.__setattr__(self, name, names)
+                object.__setattr__(self, field_name, name_set(names))
         if self.max_bytes is not None and (type(self.max_bytes) is not int or self.max_bytes < 1):
             raise ValueError(f"max_bytes for {self.pattern!r} must be a positive int")
 

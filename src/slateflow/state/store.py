@@ -24,7 +24,7 @@ from ..errors import (
 from . import snapshots, waits
 from .journal import JournalSink, Ring
 from .keys import META_PREFIX, Key, check_key
-from .policy import Policy, Rule
+from .policy import Policy, Rule, name_set
 from .provenance import Provenance, Stamp, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
 from .schema import Schemas, explain, validate_with
@@ -1002,8 +1002,8 @@ class State:
                     Rule(
                         pattern,
                         read_only=read_only,
-                        sources=_names(sources),
-                        writers=_names(writers),
+                        sources=name_set(sources),
+                        writers=name_set(writers),
                         max_bytes=max_bytes,
                         secret=secret,
                     )
@@ -1164,13 +1164,6 @@ class State:
 def _key_list(keys: str | Key[Any] | Iterable[str | Key[Any]]) -> list[str | Key[Any]]:
     # A lone key is one key, not an iterable of characters.
     return [keys] if isinstance(keys, str | Key) else list(keys)
-
-
-def _names(names: Iterable[str] | None) -> frozenset[str] | None:
-    # A lone string is one name, not a set of characters.
-    if names is None:
-        return None
-    return frozenset([names] if isinstance(names, str) else names)
 
 
 def provenance(state: State, key: str | Key[Any]) -> str | None:
