@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from slateflow import State
@@ -35,3 +37,30 @@ def committed_view(state: State) -> tuple[dict[str, Any], int, list[Any]]:
     """The committed state (values, versions, provenance), cursor and journal; unlike
     :func:`fingerprint` it reads nothing through an open transaction."""
     return state.snapshot(), state.cursor, state.mutations_since(0)
+
+
+THREADS = 8
+
+
+def run_threads(target: Callable[[int], Any], n: int = THREADS) -> list[Any]:
+    """Run ``target(i)`` in ``n`` threads started together; re-raise the first error."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def main(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = target(i)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=main, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 import slateflow
+from helpers import run_threads
 from slateflow import (
     SCOPES,
     Change,
@@ -341,18 +341,12 @@ def test_modify_fn_gets_a_private_copy(state: State) -> None:
 
 def test_concurrent_modify_never_loses_an_update(state: State) -> None:
     threads, rounds = 8, 200
-    start = threading.Barrier(threads)
 
     def work() -> None:
-        start.wait()
         for _ in range(rounds):
             state.modify("count", 0, lambda v: v + 1)
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_threads(lambda _i: work(), threads)
     assert state.get("count") == threads * rounds
     assert state.version("count") == threads * rounds
     assert state.cursor == threads * rounds
@@ -562,11 +556,7 @@ def test_compare_and_set_loop_never_loses_an_update(state: State) -> None:
                 continue
             done += 1
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_threads(lambda _i: work(), threads)
     assert state.get("n") == threads * rounds
     assert state.version("n") == threads * rounds
 

@@ -4,38 +4,12 @@ optimistic transactions that never lose an update."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from helpers import THREADS, run_threads
 from slateflow import Change, MemorySink, State, VersionConflictError
-
-THREADS = 8
-
-
-def run_threads(target: Callable[[int], Any], n: int = THREADS) -> list[Any]:
-    """Run ``target(i)`` in ``n`` threads started together; re-raise the first error."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def main(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = target(i)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=main, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def test_concurrent_modify_never_loses_an_increment() -> None:
