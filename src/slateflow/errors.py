@@ -12,15 +12,22 @@ from __future__ import annotations
 
 __all__ = [
     "CursorExpiredError",
+    "DispatchRejectedError",
     "InvalidKeyError",
     "KeyExistsError",
     "MissingKeyError",
     "PolicyViolation",
     "ReadOnlyError",
+    "ResolverCancelledError",
+    "ResolverDefinitionError",
+    "ResolverError",
+    "ResolverTimeoutError",
     "SchemaError",
+    "SessionError",
     "SlateError",
     "SnapshotError",
     "StateValueError",
+    "TemplateError",
     "TransactionError",
     "VersionConflictError",
     "WaitTimeoutError",
@@ -98,3 +105,45 @@ class SnapshotError(SlateError, ValueError):
 
 class WaitTimeoutError(SlateError, TimeoutError):
     """An async wait on the state (``wait_for``, ``wait_until``) ran out of time."""
+
+
+class TemplateError(SlateError, ValueError):
+    """A prompt template is malformed, or cannot be rendered from the state.
+
+    Raised when the template is built (bad syntax, with the position) and when it is rendered (a
+    missing key or path, or a secret key, named in the message).
+    """
+
+
+class ResolverDefinitionError(SlateError, ValueError):
+    """A resolver was defined with bad arguments (name, reads, retry, timeout, ...)."""
+
+
+class ResolverError(SlateError):
+    """A resolver run failed (after its retries); its error message is in ``<name>:error``.
+
+    ``name`` is the resolver, ``error`` the message written to the state, ``attempts`` how many
+    attempts ran; the original exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, name: str, error: str, attempts: int) -> None:
+        super().__init__(message)
+        self.name = name
+        self.error = error
+        self.attempts = attempts
+
+
+class ResolverTimeoutError(SlateError, TimeoutError):
+    """One attempt of a resolver ran longer than its ``timeout`` (retried like any failure)."""
+
+
+class ResolverCancelledError(SlateError):
+    """Awaited a run that was cancelled (``Dispatch.wait()`` on a cancelled or superseded run)."""
+
+
+class DispatchRejectedError(SlateError):
+    """A dispatch was refused: the resolver uses ``on_conflict="reject"`` and is already running."""
+
+
+class SessionError(SlateError):
+    """A Session was used outside its ``async with`` block, or from another thread."""

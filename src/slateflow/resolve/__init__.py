@@ -1,0 +1,1 @@
+"""Resolvers and the Session: named async sources whose results land in the State."""
