@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +47,11 @@ def error_key(name: str) -> str:
 def status_key(name: str) -> str:
     """The key holding a resolver's status (``running``, ``done``, ...): ``"{name}:status"``."""
     return f"{name}:status"
+
+
+def key_list(keys: str | Key[Any] | Iterable[str | Key[Any]]) -> list[str | Key[Any]]:
+    """``keys`` as a list; a lone key is one key, not an iterable of characters."""
+    return [keys] if isinstance(keys, str | Key) else list(keys)
 
 
 def _why_invalid(key: str) -> str:

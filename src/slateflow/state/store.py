@@ -6,7 +6,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from functools import cached_property
 from typing import Any, TypeVar, overload
@@ -22,8 +23,10 @@ from ..errors import (
     VersionConflictError,
 )
 from . import snapshots, waits
+from .actors import Actor
 from .journal import JournalSink, Ring
-from .keys import META_PREFIX, Key, check_key
+from .keys import META_PREFIX, Key, check_key, result_key
+from .keys import key_list as _key_list
 from .policy import Policy, Rule, name_set
 from .provenance import Provenance, Stamp, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
@@ -122,6 +125,11 @@ class State:
         self._tx_open = 0
         self._txvar: ContextVar[Transaction | None] = ContextVar(
             f"slateflow_tx_{id(self)}", default=None
+        )
+        # How many acting_as blocks are open in any context: writes look up the actor only then.
+        self._acting = 0
+        self._actorvar: ContextVar[Actor | None] = ContextVar(
+            f"slateflow_actor_{id(self)}", default=None
         )
         # Whether any subscription or signal receiver exists. It may stay True after a weakly
         # referenced receiver is collected; that only costs a delivery that finds nobody.
@@ -374,6 +382,8 @@ class State:
         raises :class:`VersionConflictError` otherwise. Writing a value equal to the current one
         is a no-op: same version, no journal record, no signal. Any failure writes nothing.
         """
+        if self._acting and (actor := self._actorvar.get()) is not None:
+            source, writer = actor.admit(self._name(key), source, writer)
         if self._tx_open and (tx := self._tx()) is not None:
             return tx.set(
                 key,
@@ -495,6 +505,8 @@ class State:
         batch. ``expected_versions`` makes it conditional per key. Returns the commit's ``seq``
         (the current cursor if nothing changed).
         """
+        if self._acting:
+            source, writer = self._admit([*mapping, *_key_list(remove)], source, writer)
         if self._tx_open and (tx := self._tx()) is not None:
             return tx.update(
                 mapping,
@@ -578,6 +590,8 @@ class State:
     ) -> Any:
         """Remove ``key`` and return its value; if absent, return ``default`` or raise
         :class:`MissingKeyError` when no default is given (like ``dict.pop``)."""
+        if self._acting:
+            source, writer = self._admit([key], source, writer)
         if self._tx_open and (tx := self._tx()) is not None:
             return tx.remove(key, default, source=source, writer=writer)
         name = self._name(key)
@@ -610,6 +624,8 @@ class State:
         ``modify`` calls never lose an update. ``fn`` runs while the state's lock is held: keep
         it quick and do not wait on other threads inside it. Returns the new value.
         """
+        if self._acting:
+            source, writer = self._admit([key], source, writer)
         if self._tx_open and (tx := self._tx()) is not None:
             return tx.modify(
                 key, default, fn, source=source, writer=writer, confidence=confidence, meta=meta
@@ -638,6 +654,8 @@ class State:
         Raises :class:`MissingKeyError` if ``old`` is absent and :class:`KeyExistsError` if
         ``new`` exists (unless ``overwrite=True``). Returns ``new``'s version.
         """
+        if self._acting:
+            source, writer = self._admit([old, new], source, writer)
         if self._tx_open and (tx := self._tx()) is not None:
             return tx.rename(old, new, overwrite=overwrite, source=source, writer=writer)
         stamp = self._stamp(old, source, writer, None, None)
@@ -679,6 +697,11 @@ class State:
     def _remove_where(
         self, prefix: str | tuple[str, ...], source: str, writer: str | None, origin: str
     ) -> int:
+        if self._acting:
+            prefixes = (prefix,) if isinstance(prefix, str) else prefix
+            source, writer = self._admit(
+                [k for p in prefixes for k in self.keys(p)], source, writer
+            )
         if self._tx_open and (tx := self._tx()) is not None:
             prefixes = (prefix,) if isinstance(prefix, str) else prefix
             doomed = [k for p in prefixes for k in tx.keys(p)]
@@ -943,6 +966,61 @@ class State:
         """
         return await waits.wait_until(self, predicate, keys, pattern, timeout)
 
+    # -- acting writers -----------------------------------------------------------------------
+
+    @contextmanager
+    def acting_as(
+        self,
+        writer: str,
+        *,
+        source: str,
+        allow: str | Iterable[str],
+        deny: Iterable[str] = (),
+    ) -> Iterator[Actor]:
+        """Within the block (this thread or task, and tasks it starts), write as ``writer``.
+
+        Writes with the default provenance are stamped ``source``/``writer``; a write to a key
+        outside the ``allow`` patterns, or inside ``deny``, raises :class:`PolicyViolation` and
+        writes nothing. The Session runs each resolver's code like this, fenced to its own
+        ``<name>:*`` keys.
+        """
+        actor = Actor(writer, source, [allow] if isinstance(allow, str) else allow, deny)
+        token = self._actorvar.set(actor)
+        with self._lock:
+            self._acting += 1
+        try:
+            yield actor
+        finally:
+            self._actorvar.reset(token)
+            with self._lock:
+                self._acting -= 1
+
+    def _admit(
+        self, keys: Iterable[str | Key[Any]], source: str, writer: str | None
+    ) -> tuple[str, str | None]:
+        actor = self._actorvar.get()
+        if actor is None:
+            return source, writer
+        admitted = source, writer
+        for key in keys:
+            admitted = actor.admit(self._name(key), source, writer)
+        return admitted
+
+    def is_fresh(self, name: str) -> bool:
+        """Whether resolver ``name`` has a result younger than the ``ttl`` it was written with.
+
+        False when ``<name>:result`` is not set; True for a result written without a ttl. Age is
+        measured on this state's clock (pass the Session's clock to ``State(clock=...)`` too).
+        """
+        row = self._row(result_key(name))
+        if row is None:
+            return False
+        meta = row[4].meta
+        ttl = meta.get("ttl") if meta else None
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool):
+            return True
+        return self._now() - row[3] < ttl * 1_000_000_000
+
     # -- transactions ------------------------------------------------------------------------
 
     def _tx(self) -> Transaction | None:
@@ -1159,11 +1237,6 @@ class State:
     def derived(self) -> ReadOnlyView:
         """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError)."""
         return ReadOnlyView(self, "derived")
-
-
-def _key_list(keys: str | Key[Any] | Iterable[str | Key[Any]]) -> list[str | Key[Any]]:
-    # A lone key is one key, not an iterable of characters.
-    return [keys] if isinstance(keys, str | Key) else list(keys)
 
 
 def provenance(state: State, key: str | Key[Any]) -> str | None:

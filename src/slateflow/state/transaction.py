@@ -13,6 +13,7 @@ from ..errors import (
     VersionConflictError,
 )
 from .keys import META_PREFIX, Key, check_key
+from .keys import key_list as _key_list
 from .provenance import Stamp
 from .values import JSON, MISSING, REMOVED, clean, copy_json
 
@@ -210,6 +211,8 @@ class Transaction:
     ) -> int:
         """Buffer a write; returns the version the key will have once committed."""
         self._check_open()
+        if self._state._acting:
+            source, writer = self._state._admit([key], source, writer)
         stamp = self._state._stamp(key, source, writer, confidence, meta)
         name, cleaned = self._state._prepare(key, value, stamp)
         if expected_version is not None:
@@ -235,6 +238,8 @@ class Transaction:
         """
         self._check_open()
         state = self._state
+        if state._acting:
+            source, writer = state._admit([*mapping, *_key_list(remove)], source, writer)
         stamp = state._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
         ops, expected = state._stage_update(mapping, stamp, remove, expected_versions)
         for name, version in expected.items():
@@ -256,6 +261,8 @@ class Transaction:
     ) -> Any:
         """Buffer a removal; returns the value removed (or ``default`` if absent)."""
         self._check_open()
+        if self._state._acting:
+            source, writer = self._state._admit([key], source, writer)
         name = self._state._name(key)
         stamp = self._state._stamp(key, source, writer, None, None)
         self._state._check_remove(name, stamp)
@@ -298,6 +305,8 @@ class Transaction:
     ) -> int:
         """Buffer a rename (see :meth:`State.rename`); returns ``new``'s version-to-be."""
         self._check_open()
+        if self._state._acting:
+            source, writer = self._state._admit([old, new], source, writer)
         stamp = self._state._stamp(old, source, writer, None, None)
         self._state._check_remove(old, stamp)
         value, kept = self._read_row(old)

@@ -1,0 +1,220 @@
+"""Clocks: the Session's source of time, sleeps and deadlines (the real one, and a manual one).
+
+Everything in the resolve layer that waits (timeouts, retry backoff, debounce) goes through a
+:class:`Clock`, so a test can swap in :class:`ManualClock` and move time by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ["Clock", "ManualClock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What a Session needs from a clock.
+
+    ``time()`` is wall-clock seconds since the Unix epoch (for timestamps and TTLs), ``monotonic()``
+    measures durations, ``sleep()`` waits, and ``deadline(seconds)`` is a cancel scope that is
+    cancelled once ``seconds`` of this clock have passed. A clock is also callable (``clock()`` is
+    ``clock.time()``), so the same object can be passed to ``State(clock=...)``.
+    """
+
+    def __call__(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def deadline(self, seconds: float) -> AbstractContextManager[anyio.CancelScope]: ...
+
+
+class SystemClock:
+    """The real clock: ``time.time``, ``time.monotonic`` and anyio's sleeps and deadlines."""
+
+    __slots__ = ()
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def time(self) -> float:
+        """Wall-clock seconds since the Unix epoch."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock (for durations)."""
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (a checkpoint when zero or less)."""
+        await anyio.sleep(max(seconds, 0.0))
+
+    def deadline(self, seconds: float) -> anyio.CancelScope:
+        """A cancel scope cancelled ``seconds`` from now (on the running event loop's clock)."""
+        return anyio.CancelScope(deadline=anyio.current_time() + seconds)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK = SystemClock()
+
+# 2026-01-01T00:00:00Z: a fixed start keeps timestamps in tests reproducible.
+_DEFAULT_START = 1_767_225_600.0
+
+
+class _Timer:
+    __slots__ = ("alive", "due", "event", "scope")
+
+    def __init__(self, due: float, event: anyio.Event | None, scope: anyio.CancelScope | None):
+        self.due = due
+        self.event = event
+        self.scope = scope
+        self.alive = True
+
+    def fire(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        if self.event is not None:
+            self.event.set()
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class ManualClock:
+    """A clock that moves only when told to: ``await clock.advance(seconds)``.
+
+    Sleeps, timeouts, retry backoff and debounce under a Session using this clock wait for
+    ``advance``; ``advance`` fires every timer that falls due in order, and after each one lets
+    the woken tasks run until they block again, so a test sees the same sequence of events on
+    every run, on asyncio and trio. ``time()`` starts at ``start`` (default 2026-01-01 UTC).
+    Use it from one event loop.
+    """
+
+    def __init__(self, start: float = _DEFAULT_START) -> None:
+        if not math.isfinite(start):
+            raise ValueError(f"ManualClock start must be a finite number, got {start!r}")
+        self._start = float(start)
+        self._elapsed = 0.0
+        self._heap: list[tuple[float, int, _Timer]] = []
+        self._order = itertools.count()
+
+    def __call__(self) -> float:
+        return self._start + self._elapsed
+
+    def time(self) -> float:
+        """Wall-clock seconds: ``start`` plus everything advanced so far."""
+        return self._start + self._elapsed
+
+    def monotonic(self) -> float:
+        """Seconds advanced since the clock was made."""
+        return self._elapsed
+
+    @property
+    def pending(self) -> int:
+        """How many sleeps and deadlines are waiting for time to move."""
+        return sum(1 for _, _, timer in self._heap if timer.alive)
+
+    def next_due(self) -> float | None:
+        """Seconds until the next timer falls due (None when nothing waits)."""
+        while self._heap and not self._heap[0][2].alive:
+            heapq.heappop(self._heap)
+        return None if not self._heap else max(self._heap[0][0] - self._elapsed, 0.0)
+
+    def _add(self, seconds: float, timer: _Timer) -> None:
+        heapq.heappush(self._heap, (timer.due, next(self._order), timer))
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock has been advanced by ``seconds`` (a checkpoint when <= 0)."""
+        if seconds <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        timer = _Timer(self._elapsed + seconds, anyio.Event(), None)
+        self._add(seconds, timer)
+        try:
+            assert timer.event is not None
+            await timer.event.wait()
+        finally:
+            timer.alive = False
+
+    def deadline(self, seconds: float) -> AbstractContextManager[anyio.CancelScope]:
+        """A cancel scope cancelled once the clock has been advanced by ``seconds``."""
+        return self._deadline(seconds)
+
+    @contextmanager
+    def _deadline(self, seconds: float) -> Iterator[anyio.CancelScope]:
+        scope = anyio.CancelScope()
+        timer = _Timer(self._elapsed + seconds, None, scope)
+        if seconds <= 0:
+            scope.cancel()
+            timer.alive = False
+        else:
+            self._add(seconds, timer)
+        try:
+            with scope:
+                yield scope
+        finally:
+            timer.alive = False
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, firing due timers in order and letting tasks react.
+
+        Also settles first: tasks that are ready run (and register their timers) before time
+        moves. ``advance(0)`` only settles.
+        """
+        if not seconds >= 0 or not math.isfinite(seconds):
+            raise ValueError(f"advance() takes a finite number of seconds >= 0, got {seconds!r}")
+        target = self._elapsed + seconds
+        await settle()
+        while True:
+            due = self.next_due()
+            if due is None or self._elapsed + due > target:
+                break
+            now = self._heap[0][0]
+            self._elapsed = max(self._elapsed, now)
+            while self._heap and self._heap[0][0] <= now:
+                heapq.heappop(self._heap)[2].fire()
+            await settle()
+        self._elapsed = target
+        await settle()
+
+    def __repr__(self) -> str:
+        return f"ManualClock(time={self.time():.6f}, pending={self.pending})"
+
+
+async def settle(max_rounds: int = 10_000) -> None:
+    """Let every other task run until all of them are blocked (or ``max_rounds`` passes).
+
+    On trio this is ``trio.testing.wait_all_tasks_blocked``. anyio's asyncio version polls with
+    100 ms real sleeps, which would make a manual clock slow, so on asyncio the tasks are
+    inspected after each zero-length yield instead.
+    """
+    import asyncio
+
+    if not isinstance(anyio.lowlevel.current_token().native_token, asyncio.AbstractEventLoop):
+        await anyio.wait_all_tasks_blocked()
+        return
+    this = asyncio.current_task()
+    for _ in range(max_rounds):
+        await anyio.lowlevel.checkpoint()
+        for task in asyncio.all_tasks():
+            if task is this:
+                continue
+            waiter = getattr(task, "_fut_waiter", None)
+            if waiter is None or waiter.done():
+                break
+        else:
+            return

@@ -1,0 +1,90 @@
+"""Retry policy for resolvers: how many attempts, how long to wait between them, what to retry."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ResolverDefinitionError, SlateError
+
+__all__ = ["Retry", "RetryOn"]
+
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def _default_retry_on(exc: BaseException) -> bool:
+    # slateflow's own errors (a missing template key, a policy refusing the result) come from the
+    # state or the definition, and retrying them would only repeat them. Timeouts are retried.
+    if isinstance(exc, TimeoutError):
+        return True
+    return isinstance(exc, Exception) and not isinstance(exc, SlateError)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Run a resolver up to ``attempts`` times, waiting between attempts.
+
+    The wait before attempt ``n + 1`` is ``backoff * multiplier ** (n - 1)``, capped at
+    ``max_backoff``, then reduced by up to ``jitter`` of itself at random (``jitter=0.5`` waits
+    between 50% and 100% of it). Waits use the Session's clock, so a manual clock controls them.
+
+    ``retry_on`` chooses which failures are retried: an exception class, a tuple of them, or a
+    predicate. By default every ``Exception`` except slateflow's own errors is retried (a timeout
+    is retried too); cancellation never is.
+    """
+
+    attempts: int = 3
+    backoff: float = 0.5
+    multiplier: float = 2.0
+    max_backoff: float = 30.0
+    jitter: float = 0.0
+    retry_on: RetryOn | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int or self.attempts < 1:
+            raise ResolverDefinitionError(
+                f"Retry(attempts={self.attempts!r}): attempts must be an int >= 1"
+            )
+        for field, value in (
+            ("backoff", self.backoff),
+            ("multiplier", self.multiplier),
+            ("max_backoff", self.max_backoff),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ResolverDefinitionError(f"Retry({field}={value!r}): must be a number >= 0")
+            if not math.isfinite(value):
+                raise ResolverDefinitionError(f"Retry({field}={value!r}): must be finite")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ResolverDefinitionError(f"Retry(jitter={self.jitter!r}): must be in [0, 1]")
+        on = self.retry_on
+        if on is not None and not (
+            (isinstance(on, type) and issubclass(on, BaseException))
+            or (isinstance(on, tuple) and all(isinstance(t, type) for t in on))
+            or callable(on)
+        ):
+            raise ResolverDefinitionError(
+                f"Retry(retry_on={on!r}): give an exception class, a tuple of them, or a predicate"
+            )
+
+    def should_retry(self, exc: BaseException, attempt: int) -> bool:
+        """Whether a failure of attempt number ``attempt`` (1-based) is retried."""
+        if attempt >= self.attempts:
+            return False
+        on = self.retry_on
+        if on is None:
+            return _default_retry_on(exc)
+        if isinstance(on, type | tuple):
+            return isinstance(exc, on)
+        return bool(on(exc))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after attempt number ``attempt`` (1-based) failed."""
+        wait = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
+        if self.jitter:
+            wait -= wait * self.jitter * random.random()
+        return wait
+
+
+NO_RETRY = Retry(attempts=1)
