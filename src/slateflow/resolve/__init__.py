@@ -1,1 +1,59 @@
-"""Resolvers and the Session: named async sources whose results land in the State."""
+"""Resolvers and the Session: named async sources whose results land in the State.
+
+A resolver named ``verify`` writes ``verify:status`` (``running``, then ``done``, ``error`` or
+``cancelled``), and ``verify:result`` or ``verify:error``, with provenance, whether it runs in
+call mode (``await resolver.resolve(state)``), dispatch mode (``session.dispatch``) or background
+mode (``session.background``).
+"""
+
+from .background import (
+    AckFormatter,
+    BackgroundResult,
+    Deliver,
+    ResultFormatter,
+    Scheduling,
+    default_ack,
+    default_result,
+)
+from .clock import Clock, ManualClock, SystemClock
+from .llm import LLM, LLMRequest, LLMResponse, Usage
+from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent, call
+from .retry import Retry
+from .run import Mode, Run, RunStatus
+from .session import Session
+from .template import Template
+from .watchers import Watcher
+
+Dispatch = Run
+"""The handle ``session.dispatch`` returns (the same class as :class:`Run`)."""
+
+__all__ = [
+    "CONFLICT_POLICIES",
+    "LLM",
+    "AckFormatter",
+    "BackgroundResult",
+    "Clock",
+    "Deliver",
+    "Dispatch",
+    "LLMRequest",
+    "LLMResponse",
+    "ManualClock",
+    "Mode",
+    "OnConflict",
+    "Resolver",
+    "ResolverOptions",
+    "ResultFormatter",
+    "Retry",
+    "Run",
+    "RunStatus",
+    "Scheduling",
+    "Session",
+    "SystemClock",
+    "Template",
+    "TextAgent",
+    "Usage",
+    "Watcher",
+    "call",
+    "default_ack",
+    "default_result",
+]

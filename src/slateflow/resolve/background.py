@@ -1,0 +1,72 @@
+"""Background mode: an acknowledgement now, and the outcome delivered back to the model later."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AckFormatter",
+    "BackgroundResult",
+    "Deliver",
+    "ResultFormatter",
+    "Scheduling",
+    "default_ack",
+    "default_result",
+]
+
+
+class Scheduling(StrEnum):
+    """When the model should hear about a background result.
+
+    ``WHEN_IDLE``: at the next pause in the conversation. ``INTERRUPT``: now, even mid-turn.
+    ``SILENT``: record it without telling the model (the state already holds it).
+    """
+
+    WHEN_IDLE = "when_idle"
+    INTERRUPT = "interrupt"
+    SILENT = "silent"
+
+
+class BackgroundResult(BaseModel):
+    """The outcome of a background run, handed to its ``deliver`` callback.
+
+    ``status`` is ``"completed"``, ``"error"`` or ``"cancelled"``; ``value`` is set when completed,
+    ``error`` (the message also written to ``<name>:error``) when it failed. ``response`` is the
+    payload for the model, made by the Session's result formatter. A run cancelled because a newer
+    run of the same name took over is delivered with ``superseded=True`` and ``SILENT`` scheduling.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    status: Literal["completed", "error", "cancelled"]
+    value: Any = None
+    error: str | None = None
+    scheduling: Scheduling = Scheduling.WHEN_IDLE
+    attempts: int = 0
+    superseded: bool = False
+    response: dict[str, Any] = Field(default_factory=dict)
+
+
+Deliver = Callable[[BackgroundResult], Awaitable[None] | None]
+AckFormatter = Callable[[str], dict[str, Any]]
+ResultFormatter = Callable[[BackgroundResult], dict[str, Any]]
+
+
+def default_ack(name: str) -> dict[str, Any]:
+    """The acknowledgement the model gets at once: ``{"status": "running", "resolver": name}``."""
+    return {"status": "running", "resolver": name}
+
+
+def default_result(result: BackgroundResult) -> dict[str, Any]:
+    """The payload the model gets with the outcome: status, resolver, and result or error."""
+    payload: dict[str, Any] = {"status": result.status, "resolver": result.name}
+    if result.status == "completed":
+        payload["result"] = result.value
+    elif result.status == "error":
+        payload["error"] = result.error
+    return payload

@@ -1,0 +1,102 @@
+"""Reactive resolvers: re-run when a key they read changes, after a quiet period (debounce)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..state import Change
+from .background import Deliver, Scheduling
+from .resolver import Resolver
+from .run import Mode, Run
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["Reaction"]
+
+
+class Reaction:
+    """Keeps one reactive resolver fresh inside a Session.
+
+    A change to any of its ``reads`` keys (from any thread) pushes a deadline ``debounce``
+    seconds away on the session's clock; when the deadline passes with no further change, the
+    resolver is dispatched again with ``on_conflict="latest"``, which cancels a run still working
+    on stale inputs. If the latest run already read the current versions, nothing runs.
+    """
+
+    __slots__ = (
+        "_due",
+        "_scope",
+        "deliver",
+        "last",
+        "mode",
+        "resolver",
+        "scheduling",
+        "session",
+        "sub",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        resolver: Resolver,
+        mode: Mode,
+        deliver: Deliver | None,
+        scheduling: Scheduling | None,
+    ) -> None:
+        self.session = session
+        self.resolver = resolver
+        self.mode: Mode = mode
+        self.deliver = deliver
+        self.scheduling = scheduling
+        self.last: Run | None = None
+        self._due = 0.0
+        self._scope: anyio.CancelScope | None = None
+        self.sub = session.state.subscribe(self._changed, keys=list(resolver.reads))
+
+    def retarget(
+        self,
+        resolver: Resolver,
+        mode: Mode,
+        deliver: Deliver | None,
+        scheduling: Scheduling | None,
+    ) -> None:
+        """Re-runs use this resolver, mode and delivery from now on (the latest dispatch wins)."""
+        if resolver.reads != self.resolver.reads:
+            self.sub.close()
+            self.sub = self.session.state.subscribe(self._changed, keys=list(resolver.reads))
+        self.resolver = resolver
+        self.mode = mode
+        self.deliver = deliver
+        self.scheduling = scheduling
+
+    def _changed(self, changes: tuple[Change, ...]) -> None:
+        # Called in the writer's thread; the timer lives on the session's loop.
+        self.session._soon(self._poke)
+
+    def _poke(self) -> None:
+        if not self.sub.active:
+            return
+        self._due = self.session.clock.monotonic() + self.resolver.debounce
+        if self._scope is None:
+            self._scope = anyio.CancelScope()
+            self.session._spawn(self._timer, self._scope)
+
+    async def _timer(self, scope: anyio.CancelScope) -> None:
+        clock = self.session.clock
+        with scope:
+            while (wait := self._due - clock.monotonic()) > 0:
+                await clock.sleep(wait)
+        if self._scope is scope:
+            self._scope = None
+        if not scope.cancel_called:
+            self.session._rerun(self)
+
+    def stop(self) -> None:
+        """Stop reacting (runs in flight are left alone)."""
+        self.sub.close()
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None

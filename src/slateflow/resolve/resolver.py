@@ -1,0 +1,362 @@
+"""Resolvers: named async sources (agent, fetch, llm, function) whose results land in the State."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+import anyio.to_thread
+from typing_extensions import Unpack
+
+from ..errors import ResolverDefinitionError
+from ..state import Actor, Key, State, error_key, result_key, status_key
+from ..state.keys import check_key
+from .clock import SYSTEM_CLOCK, Clock
+from .llm import LLM, LLMRequest, usage_meta
+from .retry import Retry
+from .template import Template
+
+__all__ = ["CONFLICT_POLICIES", "OnConflict", "Resolver", "ResolverOptions", "TextAgent", "call"]
+
+OnConflict = Literal["latest", "queue", "reject", "parallel"]
+CONFLICT_POLICIES: tuple[OnConflict, ...] = ("latest", "queue", "reject", "parallel")
+
+# What a source returns: the value, and extra provenance fields (model and usage for an LLM).
+Produced = tuple[Any, dict[str, Any] | None]
+Source = Callable[[State], Awaitable[Produced]]
+
+
+@runtime_checkable
+class TextAgent(Protocol):
+    """A sub-agent: ``async def run(self, state) -> str``, reading its inputs from the State."""
+
+    async def run(self, state: State, /) -> str: ...
+
+
+class ResolverOptions(TypedDict, total=False):
+    """Options every resolver accepts (see :class:`Resolver`)."""
+
+    reads: Iterable[str | Key[Any]] | None
+    reactive: bool
+    debounce: float
+    timeout: float | None
+    retry: Retry | None
+    ttl: float | None
+    on_conflict: OnConflict
+
+
+def _seconds(name: str, field: str, value: object, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        need = ">= 0" if allow_zero else "> 0"
+        raise ResolverDefinitionError(
+            f"resolver {name!r}: {field} must be a finite number of seconds {need}, got {value!r}"
+        )
+    return float(value)
+
+
+class Resolver:
+    """A named async source whose value lands in the State as ``<name>:result``.
+
+    Build one with :meth:`agent`, :meth:`fetch`, :meth:`llm` or :meth:`function`. Run it with
+    ``await resolver.resolve(state)`` (call mode) or through a :class:`~slateflow.Session`
+    (``dispatch`` and ``background`` modes). Every run writes the same keys:
+
+    - at start ``<name>:status = "running"``;
+    - on success, in one batch: ``<name>:result``, ``<name>:status = "done"``, and
+      ``<name>:error`` removed;
+    - on failure (after retries), in one batch: ``<name>:error`` (a readable message),
+      ``<name>:status = "error"``, and ``<name>:result`` removed;
+    - on cancellation ``<name>:status = "cancelled"``.
+
+    Options (all keyword-only): ``reads`` (keys the source depends on; their versions at start are
+    recorded in the result's provenance as ``inputs``; an llm resolver defaults to its prompt's
+    keys), ``reactive`` (in a Session, re-run when a ``reads`` key changes, after ``debounce``
+    seconds of quiet), ``timeout`` (seconds per attempt), ``retry`` (a :class:`Retry`), ``ttl``
+    (seconds a result stays fresh, see ``state.is_fresh(name)``) and ``on_conflict`` (what a
+    Session does when the name is dispatched while a run is in flight: ``"latest"`` cancels the
+    old run, ``"queue"`` runs them one after another, ``"reject"`` refuses the new one,
+    ``"parallel"`` runs both).
+
+    While the source runs, its writes to the State are fenced: it may write its own
+    ``<name>:*`` keys (stamped with its source and name) except the three above, which belong to
+    the runtime; anything else raises :class:`~slateflow.errors.PolicyViolation`.
+    """
+
+    __slots__ = (
+        "actor",
+        "debounce",
+        "error_key",
+        "kind",
+        "name",
+        "on_conflict",
+        "reactive",
+        "reads",
+        "result_key",
+        "retry",
+        "source",
+        "status_key",
+        "template",
+        "timeout",
+        "ttl",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        source: Source,
+        *,
+        template: Template | None = None,
+        reads: Iterable[str | Key[Any]] | None = None,
+        reactive: bool = False,
+        debounce: float = 0.05,
+        timeout: float | None = None,
+        retry: Retry | None = None,
+        ttl: float | None = None,
+        on_conflict: OnConflict = "latest",
+    ) -> None:
+        if type(name) is not str or not name:
+            raise ResolverDefinitionError(f"a resolver name must be a non-empty str, got {name!r}")
+        try:
+            check_key(result_key(name))
+        except Exception:
+            raise ResolverDefinitionError(
+                f"resolver name {name!r} cannot prefix state keys ({name!r}:result is not a valid "
+                "key); use letters, digits, '_' or '-', joined by ':'"
+            ) from None
+        if type(kind) is not str or not kind:
+            raise ResolverDefinitionError(f"resolver {name!r}: kind must be a non-empty str")
+        self.name = name
+        """The resolver's name: it writes ``<name>:result``, ``<name>:error``, ``<name>:status``."""
+        self.kind = kind
+        """The provenance source of its values: ``agent``, ``fetch``, ``llm`` or ``function``."""
+        self.source = source
+        self.template = template
+        self.result_key = result_key(name)
+        self.error_key = error_key(name)
+        self.status_key = status_key(name)
+        # Built once: every run fences the source's writes with it.
+        self.actor = Actor(
+            name, kind, [f"{name}:*"], [self.result_key, self.error_key, self.status_key]
+        )
+        if reads is None:
+            names: tuple[str, ...] = template.keys if template is not None else ()
+        else:
+            if isinstance(reads, str | Key):
+                reads = [reads]
+            names = tuple(
+                dict.fromkeys(r.name if isinstance(r, Key) else check_key(r) for r in reads)
+            )
+        self.reads = names
+        """The keys the source depends on (versions recorded at start as ``inputs``)."""
+        self.reactive = bool(reactive)
+        if self.reactive:
+            if not names:
+                raise ResolverDefinitionError(
+                    f"resolver {name!r} is reactive but reads nothing; pass reads=[...] with the "
+                    "keys whose changes should re-run it"
+                )
+            own = [k for k in names if k.startswith(f"{name}:")]
+            if own:
+                raise ResolverDefinitionError(
+                    f"reactive resolver {name!r} reads its own keys {own}, so every result would "
+                    "re-run it; read other keys only"
+                )
+        self.debounce = _seconds(name, "debounce", debounce, allow_zero=True) or 0.0
+        self.timeout = _seconds(name, "timeout", timeout, allow_zero=False)
+        self.ttl = _seconds(name, "ttl", ttl, allow_zero=False)
+        if retry is not None and not isinstance(retry, Retry):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: retry must be a Retry(...), got {type(retry).__name__}"
+            )
+        self.retry = retry
+        if on_conflict not in CONFLICT_POLICIES:
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: on_conflict must be one of {list(CONFLICT_POLICIES)}, "
+                f"got {on_conflict!r}"
+            )
+        self.on_conflict: OnConflict = on_conflict
+
+    # -- constructors ------------------------------------------------------------------------
+
+    @classmethod
+    def agent(
+        cls,
+        name: str,
+        agent: TextAgent | Callable[[State], Awaitable[str]],
+        **options: Unpack[ResolverOptions],
+    ) -> Resolver:
+        """Resolve by running a sub-agent: ``await agent.run(state)`` (or ``await agent(state)``).
+
+        Its ``str`` output becomes the result; any other type is an error. Source ``"agent"``.
+        """
+        run = getattr(agent, "run", None)
+        fn = run if callable(run) else agent
+        if not callable(fn):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: agent must have an async run(state) method or be an async "
+                f"callable taking the state, got {type(agent).__name__}"
+            )
+
+        async def source(state: State) -> Produced:
+            text = await fn(state)
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"agent of resolver {name!r} returned {type(text).__name__}, not str; "
+                    "use Resolver.fetch for other values"
+                )
+            return text, None
+
+        return cls(name, "agent", source, **options)
+
+    @classmethod
+    def fetch(
+        cls,
+        name: str,
+        fn: Callable[[State], Awaitable[Any]],
+        **options: Unpack[ResolverOptions],
+    ) -> Resolver:
+        """Resolve by awaiting ``fn(state)``: the seam for HTTP, tools and MCP.
+
+        It returns a JSON value (or a pydantic model); raise to record an error. Source
+        ``"fetch"``.
+        """
+        if not callable(fn):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: fetch needs an async callable taking the state, "
+                f"got {type(fn).__name__}"
+            )
+
+        async def source(state: State) -> Produced:
+            return await fn(state), None
+
+        return cls(name, "fetch", source, **options)
+
+    @classmethod
+    def llm(
+        cls,
+        name: str,
+        llm: LLM,
+        prompt: str | Template,
+        *,
+        system: str | None = None,
+        model: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        **options: Unpack[ResolverOptions],
+    ) -> Resolver:
+        """Resolve by one LLM completion over a prompt rendered from the State.
+
+        ``prompt`` is a :class:`Template` (``{key}``, ``{key.path}``, ``{key?}``; see
+        :mod:`slateflow.resolve.template`), rendered at each attempt; a missing or secret key
+        fails the run with a :class:`~slateflow.errors.TemplateError`. The completion text is the
+        result; the model and token usage go into its provenance. ``reads`` defaults to the
+        prompt's keys. Source ``"llm"``.
+        """
+        generate = getattr(llm, "generate", None)
+        if not callable(generate):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: llm must have an async generate(request) method, "
+                f"got {type(llm).__name__}"
+            )
+        template = prompt if isinstance(prompt, Template) else Template(prompt)
+        # Validated once here, so a bad temperature is a definition error, not a run failure.
+        base = LLMRequest(
+            prompt="",
+            system=system,
+            model=model,
+            temperature=temperature,
+            max_tokens=max_tokens,
+        )
+
+        async def source(state: State) -> Produced:
+            request = base.model_copy(update={"prompt": template.render(state, owner=name)})
+            response = await generate(request)
+            return response.text, usage_meta(response)
+
+        return cls(name, "llm", source, template=template, **options)
+
+    @classmethod
+    def function(
+        cls,
+        name: str,
+        fn: Callable[[State], Any],
+        *,
+        thread: bool = False,
+        **options: Unpack[ResolverOptions],
+    ) -> Resolver:
+        """Resolve by a plain computation over the state, ``fn(state)``, sync or async.
+
+        A sync ``fn`` runs on the event loop; pass ``thread=True`` for blocking code, so it runs
+        in a worker thread and a timeout can abandon it. Source ``"function"``.
+        """
+        if not callable(fn):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: function needs a callable taking the state, "
+                f"got {type(fn).__name__}"
+            )
+        if thread:
+
+            async def source(state: State) -> Produced:
+                return await anyio.to_thread.run_sync(fn, state, abandon_on_cancel=True), None
+
+        else:
+
+            async def source(state: State) -> Produced:
+                value = fn(state)
+                if inspect.isawaitable(value):
+                    value = await value
+                return value, None
+
+        return cls(name, "function", source, **options)
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def resolve(self, state: State, *, clock: Clock | None = None) -> Any:
+        """Run now, in the calling task (call mode); returns the value or raises.
+
+        Writes the keys described on the class. On failure (after retries) raises
+        :class:`~slateflow.errors.ResolverError` whose message is also in ``<name>:error``.
+        Cancelling the caller cancels the run (``<name>:status = "cancelled"``).
+        """
+        from .run import Run
+
+        run = Run(self, "call", state, clock or SYSTEM_CLOCK)
+        return await run.call()
+
+    def options(self) -> ResolverOptions:
+        """The options this resolver was built with (to rebuild a variant)."""
+        return ResolverOptions(
+            reads=self.reads,
+            reactive=self.reactive,
+            debounce=self.debounce,
+            timeout=self.timeout,
+            retry=self.retry,
+            ttl=self.ttl,
+            on_conflict=self.on_conflict,
+        )
+
+    def __repr__(self) -> str:
+        return f"Resolver.{self.kind}({self.name!r})"
+
+
+async def call(
+    name: str, agent: TextAgent | Callable[[State], Awaitable[str]], state: State
+) -> str:
+    """Run ``agent`` now and write its result to ``<name>:result`` (or error to ``<name>:error``).
+
+    The seed's ``call``: shorthand for ``await Resolver.agent(name, agent).resolve(state)``.
+    Returns the agent's text; raises :class:`~slateflow.errors.ResolverError` on failure.
+    """
+    value: str = await Resolver.agent(name, agent).resolve(state)
+    return value

@@ -1,0 +1,457 @@
+"""One run of a resolver: attempts, timeouts, retries, and the key writes every mode shares.
+
+:class:`Run` is also the handle a Session's ``dispatch`` returns (exported as ``Dispatch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import (
+    ResolverCancelledError,
+    ResolverError,
+    ResolverTimeoutError,
+    SlateError,
+)
+from ..state import Key, State
+from ..state.values import clean
+from .clock import Clock
+from .resolver import Produced, Resolver
+
+if TYPE_CHECKING:
+    from .background import BackgroundResult, Deliver, Scheduling
+
+__all__ = ["Mode", "Run", "RunStatus"]
+
+log = logging.getLogger("slateflow.resolve")
+
+Mode = Literal["call", "dispatch", "background"]
+RunStatus = Literal["queued", "running", "done", "error", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"done", "error", "cancelled"})
+
+# An error message longer than this is cut, so a huge exception text cannot break a size policy.
+MAX_ERROR_CHARS = 2000
+
+
+def error_message(exc: BaseException) -> str:
+    """The readable message written to ``<name>:error`` for ``exc``."""
+    text = str(exc).strip() or type(exc).__name__
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
+
+
+class Run:
+    """One run of a resolver, and its handle: ``status``, ``cancel()``, ``await wait()``.
+
+    ``status`` moves from ``"queued"`` (waiting its turn, ``on_conflict="queue"``) or
+    ``"running"`` to exactly one of ``"done"``, ``"error"`` or ``"cancelled"``. After it ends,
+    ``value`` (the source's return value), ``error`` (the message), ``exception``, ``attempts``,
+    ``inputs`` (key versions read at the start of the last attempt), ``duration`` and
+    ``superseded`` (cancelled because a newer run of the name took over) tell what happened.
+    """
+
+    __slots__ = (
+        "_event",
+        "_mono",
+        "_produced",
+        "attempts",
+        "cancel_reason",
+        "clock",
+        "deliver",
+        "duration",
+        "error",
+        "exception",
+        "ignored_cancel",
+        "inputs",
+        "mode",
+        "resolver",
+        "scheduling",
+        "scope",
+        "started_at",
+        "state",
+        "status",
+        "superseded",
+        "value",
+    )
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        mode: Mode,
+        state: State,
+        clock: Clock,
+        *,
+        deliver: Deliver | None = None,
+        scheduling: Scheduling | None = None,
+    ) -> None:
+        self.resolver = resolver
+        self.mode: Mode = mode
+        self.state = state
+        self.clock = clock
+        self.status: RunStatus = "running"
+        self.value: Any = None
+        self.error: str | None = None
+        self.exception: BaseException | None = None
+        self.attempts = 0
+        self.inputs: dict[str, int] | None = None
+        self.started_at: float | None = None
+        self.duration: float | None = None
+        self.superseded = False
+        self.cancel_reason: str | None = None
+        self.ignored_cancel = False
+        self.deliver = deliver
+        self.scheduling = scheduling
+        self.scope = anyio.CancelScope()
+        self._event: anyio.Event | None = None
+        self._mono = 0.0
+        self._produced: Produced | None = None
+
+    # -- the handle ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The resolver's name."""
+        return self.resolver.name
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (done, error or cancelled)."""
+        return self.status in TERMINAL
+
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """Ask the run to stop; returns False if it had already ended.
+
+        It ends as ``"cancelled"`` at its next await (at once if it has not started).
+        """
+        if self.status in TERMINAL:
+            return False
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.scope.cancel()
+        return True
+
+    async def wait(self, *, raise_error: bool = True) -> Any:
+        """Wait for the run to end and return its value.
+
+        Raises :class:`~slateflow.errors.ResolverError` if it failed and
+        :class:`~slateflow.errors.ResolverCancelledError` if it was cancelled; with
+        ``raise_error=False`` returns the value, or None for a run that did not succeed.
+        """
+        if self.status not in TERMINAL:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        if raise_error:
+            if self.status == "error":
+                raise self._resolver_error()
+            if self.status == "cancelled":
+                raise ResolverCancelledError(
+                    f"run of resolver {self.name!r} was {self.cancel_reason or 'cancelled'}; "
+                    f"read {self.resolver.status_key!r} or dispatch it again"
+                )
+        return self.value if self.status == "done" else None
+
+    def __repr__(self) -> str:
+        return f"<Run {self.name!r} {self.mode} {self.status}>"
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def call(self) -> Any:
+        """Call mode: write ``running``, run in this task, write the outcome, return or raise."""
+        self.write_running()
+        try:
+            await self.execute()
+        except BaseException:
+            self.finish_cancelled(outer=True)
+            raise
+        self.write_outcome()
+        if self.status == "error":
+            raise self._resolver_error() from self.exception
+        return self.value
+
+    async def execute(self, limiter: anyio.CapacityLimiter | None = None) -> None:
+        """Run the attempts; sets ``status`` to done / error / cancelled (writes nothing).
+
+        Cancellation from outside the run's own scope propagates; the caller then calls
+        :meth:`finish_cancelled`. With a ``limiter``, the run first waits for a slot in it.
+        """
+        clock = self.clock
+        self.started_at = clock.time()
+        self._mono = clock.monotonic()
+        self.status = "running"
+        try:
+            with self.scope:
+                if self.scope.cancel_called:
+                    # Cancelled before it started: a source that never awaits must not run.
+                    await anyio.lowlevel.checkpoint()
+                if limiter is None:
+                    self._produced = await self._attempts()
+                else:
+                    async with limiter:
+                        # Measured from when it may run, not from when it was queued.
+                        self.started_at = clock.time()
+                        self._mono = clock.monotonic()
+                        self._produced = await self._attempts()
+        except Exception as exc:
+            self.duration = clock.monotonic() - self._mono
+            if self.scope.cancel_called:
+                self._cancelled()
+                return
+            self.exception = exc
+            self.error = error_message(exc)
+            self.status = "error"
+            self.value = None
+            return
+        self.duration = clock.monotonic() - self._mono
+        if self.scope.cancel_called:
+            if not self.scope.cancelled_caught and self._produced is not None:
+                # It returned although it was told to stop: it swallowed the cancellation.
+                self._report_ignored("cancelled")
+            self._cancelled()
+            return
+        self.status = "done"
+
+    def _cancelled(self) -> None:
+        self.status = "cancelled"
+        self.value = None
+        self._produced = None
+        if self.cancel_reason is None:
+            self.cancel_reason = "cancelled"
+
+    async def _attempts(self) -> Produced:
+        resolver = self.resolver
+        retry = resolver.retry
+        state = self.state
+        attempt = 0
+        while True:
+            attempt += 1
+            self.attempts = attempt
+            if resolver.reads:
+                version = state.version
+                self.inputs = {k: version(k) for k in resolver.reads}
+            try:
+                produced = await self._attempt(attempt)
+                # Validated here, so a value the State cannot hold is this run's error.
+                value = produced[0]
+                self.value = value
+                return clean(value, resolver.result_key), produced[1]
+            except Exception as exc:
+                if retry is None or not retry.should_retry(exc, attempt):
+                    raise
+                log.debug(
+                    "resolver %r attempt %d failed, retrying: %r", resolver.name, attempt, exc
+                )
+            assert retry is not None
+            await self.clock.sleep(retry.delay(attempt))
+
+    async def _attempt(self, attempt: int) -> Produced:
+        resolver = self.resolver
+        state = self.state
+        token = state._push_actor(resolver.actor)
+        try:
+            timeout = resolver.timeout
+            if timeout is None:
+                return await resolver.source(state)
+            with self.clock.deadline(timeout) as scope:
+                produced = await resolver.source(state)
+            if not scope.cancel_called:
+                return produced
+            if not scope.cancelled_caught:
+                self._report_ignored("timed out")
+        finally:
+            state._pop_actor(token)
+        raise ResolverTimeoutError(
+            f"resolver {resolver.name!r} timed out after {timeout:g}s (attempt {attempt}); "
+            "raise its timeout or make the source faster"
+        )
+
+    def _report_ignored(self, what: str) -> None:
+        self.ignored_cancel = True
+        log.warning(
+            "resolver %r was %s but its source ignored the cancellation and kept running; its "
+            "value is discarded. Do not catch cancellation (BaseException) in a source.",
+            self.name,
+            what,
+        )
+
+    def _resolver_error(self) -> ResolverError:
+        attempts = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        return ResolverError(
+            f"resolver {self.name!r} failed{attempts}: {self.error} "
+            f"(the message is in {self.resolver.error_key!r})",
+            name=self.name,
+            error=self.error or "",
+            attempts=self.attempts,
+        )
+
+    # -- the key writes --------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        started = self.started_at if self.started_at is not None else self.clock.time()
+        meta: dict[str, Any] = {
+            "mode": self.mode,
+            "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+            "duration": round(self.duration or 0.0, 6),
+        }
+        if self.inputs is not None:
+            meta["inputs"] = self.inputs
+        return meta
+
+    def _write(self, fn: Callable[[], object]) -> None:
+        # The runtime writes its keys as itself, even from inside another resolver's code.
+        state = self.state
+        if not state._acting:
+            fn()
+            return
+        token = state._push_actor(None)
+        try:
+            fn()
+        finally:
+            state._pop_actor(token)
+
+    def write_running(self) -> None:
+        """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
+        resolver = self.resolver
+        self._write(
+            lambda: self.state.set(
+                resolver.status_key,
+                "running",
+                source=resolver.kind,
+                writer=resolver.name,
+                meta={"mode": self.mode},
+            )
+        )
+
+    def write_outcome(self, *, status: bool = True) -> None:
+        """Write the ended run's keys in one batch (without the status key if ``status=False``).
+
+        If the State refuses the result (a schema, a size cap), the run becomes an error
+        instead; if it refuses even that, the status alone is written, and failing that the
+        problem is logged. The keys never stay ``running`` because of a refused write.
+        """
+        if self.status == "done":
+            try:
+                self._write(lambda: self._write_done(status))
+                return
+            except SlateError as exc:
+                self.exception = exc
+                self.error = error_message(exc)
+                self.status = "error"
+                self.value = None
+        if self.status == "error":
+            try:
+                self._write(lambda: self._write_error(status))
+                return
+            except SlateError as exc:
+                log.error("resolver %r: its error could not be written: %s", self.name, exc)
+        elif self.status == "cancelled":
+            pass
+        else:
+            return
+        if status:
+            self._write_status_only()
+
+    def _write_done(self, status: bool) -> None:
+        resolver = self.resolver
+        assert self._produced is not None
+        value, extra = self._produced
+        meta = self._meta()
+        meta["attempt"] = self.attempts
+        if extra:
+            meta.update(extra)
+        if resolver.ttl is not None:
+            meta["ttl"] = resolver.ttl
+        mapping: dict[str | Key[Any], Any] = {resolver.result_key: value}
+        if status:
+            mapping[resolver.status_key] = "done"
+        self.state.update(
+            mapping,
+            remove=resolver.error_key,
+            source=resolver.kind,
+            writer=resolver.name,
+            meta=meta,
+        )
+
+    def _write_error(self, status: bool) -> None:
+        resolver = self.resolver
+        meta = self._meta()
+        meta["attempts"] = self.attempts
+        meta["exception"] = type(self.exception).__name__ if self.exception else "Exception"
+        mapping: dict[str | Key[Any], Any] = {resolver.error_key: self.error}
+        if status:
+            mapping[resolver.status_key] = "error"
+        self.state.update(
+            mapping,
+            remove=resolver.result_key,
+            source=resolver.kind,
+            writer=resolver.name,
+            meta=meta,
+        )
+
+    def _write_status_only(self) -> None:
+        resolver = self.resolver
+        meta = self._meta()
+        if self.status == "cancelled":
+            meta["reason"] = self.cancel_reason or "cancelled"
+        try:
+            self._write(
+                lambda: self.state.set(
+                    resolver.status_key,
+                    self.status,
+                    source=resolver.kind,
+                    writer=resolver.name,
+                    meta=meta,
+                )
+            )
+        except SlateError as exc:
+            log.error("resolver %r: its status could not be written: %s", self.name, exc)
+
+    def finish_cancelled(self, *, outer: bool, write: bool = True) -> None:
+        """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""
+        if self.status in TERMINAL:
+            return
+        if self.duration is None:
+            self.duration = self.clock.monotonic() - self._mono if self._mono else 0.0
+        if self.cancel_reason is None:
+            self.cancel_reason = "caller cancelled" if outer else "cancelled"
+        self._cancelled()
+        if write:
+            self.write_outcome()
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake tasks waiting in :meth:`wait` (called once the run has ended)."""
+        if self._event is not None:
+            self._event.set()
+
+    def background_result(self) -> BackgroundResult:
+        """The outcome as a :class:`BackgroundResult` (for ``deliver``)."""
+        from .background import BackgroundResult, Scheduling
+
+        scheduling = self.scheduling or Scheduling.WHEN_IDLE
+        if self.superseded:
+            # A newer run of the name will deliver; this one only closes the loop quietly.
+            scheduling = Scheduling.SILENT
+        status: Literal["completed", "error", "cancelled"] = (
+            "completed"
+            if self.status == "done"
+            else "error"
+            if self.status == "error"
+            else "cancelled"
+        )
+        return BackgroundResult(
+            name=self.name,
+            status=status,
+            value=self.value if self.status == "done" else None,
+            error=self.error if self.status == "error" else None,
+            scheduling=scheduling,
+            attempts=self.attempts,
+            superseded=self.superseded,
+        )

@@ -1,0 +1,507 @@
+"""The Session: owns the tasks of dispatched and background resolvers, watchers and reactions."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
+
+from ..errors import DispatchRejectedError, ResolverDefinitionError, SessionError
+from ..state import Change, Key, State
+from ..state.when import Trigger
+from .background import (
+    AckFormatter,
+    Deliver,
+    ResultFormatter,
+    Scheduling,
+    default_ack,
+    default_result,
+)
+from .clock import SYSTEM_CLOCK, Clock
+from .reactions import Reaction
+from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
+from .run import Mode, Run
+from .watchers import Watcher, WatchQueue
+
+__all__ = ["Session"]
+
+log = logging.getLogger("slateflow.resolve")
+
+
+class _Slot:
+    """The runs of one resolver name: those started (``active``) and those queued behind them."""
+
+    __slots__ = ("active", "last", "waiting")
+
+    def __init__(self) -> None:
+        self.active: list[Run] = []
+        self.waiting: deque[Run] = deque()
+        self.last: Run | None = None
+
+
+class Session:
+    """The runtime for dispatch and background modes: an anyio task group, a clock, the runs.
+
+    Use it as ``async with Session(state) as session:``. Inside, ``session.dispatch(resolver)``
+    starts a run and returns its handle at once; ``session.background(resolver, deliver)`` also
+    hands the outcome to ``deliver``; ``session.watch(...)`` runs async actions on changes.
+
+    ``max_concurrency`` caps how many sources run at once (the rest wait, status ``running``).
+    ``clock`` drives timeouts, retry backoff and debounce (a ``ManualClock`` in tests).
+    ``on_exit="cancel"`` (default) cancels what is still running when the block ends;
+    ``on_exit="wait"`` waits for it first (reactions and watchers stop either way). A resolver's
+    exception never escapes the session: it becomes the run's error. A source that ignores
+    cancellation is reported (logged) after ``cancel_grace`` seconds while the session waits for
+    it, so no task outlives the block. ``ack_formatter`` and ``result_formatter`` shape what
+    background mode tells the model.
+
+    Call its methods from the thread running the event loop. Writes to the state may come from
+    any thread: reactions and watchers are woken on the session's loop.
+    """
+
+    def __init__(
+        self,
+        state: State,
+        *,
+        max_concurrency: int | None = None,
+        clock: Clock | None = None,
+        on_exit: Literal["cancel", "wait"] = "cancel",
+        cancel_grace: float = 5.0,
+        ack_formatter: AckFormatter = default_ack,
+        result_formatter: ResultFormatter = default_result,
+    ) -> None:
+        if not isinstance(state, State):
+            raise TypeError(f"Session needs a State, got {type(state).__name__}")
+        if max_concurrency is not None and (
+            type(max_concurrency) is not int or max_concurrency < 1
+        ):
+            raise ValueError(
+                f"max_concurrency must be an int >= 1 or None, got {max_concurrency!r}"
+            )
+        if on_exit not in ("cancel", "wait"):
+            raise ValueError(f"on_exit must be 'cancel' or 'wait', got {on_exit!r}")
+        self.state = state
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.on_exit = on_exit
+        self.cancel_grace = cancel_grace
+        self.ack_formatter = ack_formatter
+        self.result_formatter = result_formatter
+        self._max_concurrency = max_concurrency
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._tg: TaskGroup | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._thread = 0
+        self._open = False
+        self._closing = False
+        self._slots: dict[str, _Slot] = {}
+        self._count = 0
+        self._idle: anyio.Event | None = None
+        self._reactions: dict[str, Reaction] = {}
+        self._watchers: set[Watcher] = set()
+        self._queue: WatchQueue | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Session:
+        if self._open or self._closing:
+            raise SessionError("a Session can be entered once; make a new one")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._token = anyio.lowlevel.current_token()
+        self._thread = threading.get_ident()
+        if self._max_concurrency is not None:
+            self._limiter = anyio.CapacityLimiter(self._max_concurrency)
+        self._open = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._closing = True
+        try:
+            for reaction in list(self._reactions.values()):
+                reaction.stop()
+            self._reactions.clear()
+            for watcher in list(self._watchers):
+                watcher.close()
+            if exc_type is None and self.on_exit == "wait":
+                await self.wait_idle()
+            self.cancel_all(reason="session closed")
+            if self._queue is not None:
+                self._queue.close(drain=exc_type is None and self.on_exit == "wait")
+            if self._count:
+                self._tg.start_soon(self._watchdog)
+        finally:
+            try:
+                result = await self._tg.__aexit__(exc_type, exc, tb)
+            finally:
+                self._open = False
+        return result
+
+    async def _watchdog(self) -> None:
+        """Report runs that do not end after being cancelled (the session waits for them)."""
+        with self.clock.deadline(self.cancel_grace):
+            await self.wait_idle()
+            return
+        stuck = sorted({run.name for slot in self._slots.values() for run in slot.active})
+        if stuck:
+            log.warning(
+                "session is closing but resolver(s) %s ignored cancellation for %gs; the "
+                "session waits for them. Do not catch cancellation in a source.",
+                stuck,
+                self.cancel_grace,
+            )
+
+    def _check_usable(self) -> TaskGroup:
+        if not self._open or self._closing or self._tg is None:
+            raise SessionError(
+                "the Session is not open; use it inside 'async with Session(state) as session:'"
+            )
+        if threading.get_ident() != self._thread:
+            raise SessionError(
+                "Session methods must be called from the thread running its event loop; from "
+                "another thread use anyio.from_thread.run_sync(session.dispatch, resolver)"
+            )
+        return self._tg
+
+    # -- dispatch and background -----------------------------------------------------------
+
+    def dispatch(self, resolver: Resolver, *, on_conflict: OnConflict | None = None) -> Run:
+        """Start ``resolver`` in the background and return its handle (fire-and-forget).
+
+        ``<name>:status`` is ``"running"`` when this returns. ``on_conflict`` overrides the
+        resolver's own policy for this dispatch. With ``"reject"`` and a run in flight, raises
+        :class:`~slateflow.errors.DispatchRejectedError`. A reactive resolver also starts
+        reacting: it re-runs when a ``reads`` key changes, until ``cancel(name)`` or the end of
+        the session.
+        """
+        return self._submit(resolver, "dispatch", on_conflict, None, None)
+
+    def background(
+        self,
+        resolver: Resolver,
+        deliver: Deliver,
+        scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
+        *,
+        on_conflict: OnConflict | None = None,
+    ) -> dict[str, Any]:
+        """Start ``resolver`` and return the acknowledgement for the model at once.
+
+        When the run ends, ``deliver`` (sync or async) receives a :class:`BackgroundResult`
+        with the ``scheduling`` hint. Its exceptions are logged and reported on
+        ``state.receiver_failed``; they never reach the session.
+        """
+        if not callable(deliver):
+            raise TypeError(
+                f"background({resolver.name!r}, deliver): deliver must be a callable taking a "
+                f"BackgroundResult, got {type(deliver).__name__}"
+            )
+        try:
+            hint = Scheduling(scheduling)
+        except ValueError:
+            raise ValueError(
+                f"scheduling must be one of {[s.value for s in Scheduling]}, got {scheduling!r}"
+            ) from None
+        self._submit(resolver, "background", on_conflict, deliver, hint)
+        return self.ack_formatter(resolver.name)
+
+    async def call(self, resolver: Resolver) -> Any:
+        """Run ``resolver`` in the calling task (call mode) on the session's clock."""
+        self._check_usable()
+        return await Run(resolver, "call", self.state, self.clock).call()
+
+    def _submit(
+        self,
+        resolver: Resolver,
+        mode: Mode,
+        on_conflict: OnConflict | None,
+        deliver: Deliver | None,
+        scheduling: Scheduling | None,
+    ) -> Run:
+        self._check_usable()
+        if not isinstance(resolver, Resolver):
+            raise TypeError(f"expected a Resolver, got {type(resolver).__name__}")
+        policy = resolver.on_conflict if on_conflict is None else on_conflict
+        if policy not in CONFLICT_POLICIES:
+            raise ResolverDefinitionError(
+                f"on_conflict must be one of {list(CONFLICT_POLICIES)}, got {policy!r}"
+            )
+        name = resolver.name
+        slot = self._slots.get(name)
+        busy = slot is not None and bool(slot.active or slot.waiting)
+        if busy and policy == "reject":
+            raise DispatchRejectedError(
+                f"resolver {name!r} is already running and uses on_conflict='reject'; wait for "
+                "it (session.is_running) or dispatch with another on_conflict policy"
+            )
+        run = Run(resolver, mode, self.state, self.clock, deliver=deliver, scheduling=scheduling)
+        if busy and policy == "queue":
+            assert slot is not None
+            run.status = "queued"
+            slot.waiting.append(run)
+            self._count += 1
+        else:
+            run.write_running()  # raises before anything else changes if governance refuses
+            if slot is None:
+                slot = self._slots[name] = _Slot()
+            if policy == "latest":
+                self._supersede(slot)
+            self._start(run, slot)
+        if resolver.reactive:
+            self._react(resolver, mode, deliver, scheduling)
+        return run
+
+    def _supersede(self, slot: _Slot) -> None:
+        for old in slot.active:
+            if not old.superseded:
+                old.superseded = True
+                old.cancel("superseded")
+        while slot.waiting:
+            old = slot.waiting.popleft()
+            old.superseded = True
+            old.cancel_reason = "superseded"
+            self._end_queued(old)
+
+    def _start(self, run: Run, slot: _Slot) -> None:
+        assert self._tg is not None
+        if run.status == "queued":
+            self._count -= 1
+            run.status = "running"
+        slot.active.append(run)
+        slot.last = run
+        self._count += 1
+        self._tg.start_soon(self._drive, run, slot, name=f"slateflow:{run.name}")
+
+    async def _drive(self, run: Run, slot: _Slot) -> None:
+        try:
+            await run.execute(self._limiter)
+        except BaseException:
+            # The session itself is being cancelled (its block raised, or an outer scope).
+            self._finish(run, slot, outer=True)
+            if run.deliver is not None:
+                await self._deliver(run)
+            raise
+        self._finish(run, slot)
+        if run.deliver is not None:
+            await self._deliver(run)
+
+    def _finish(self, run: Run, slot: _Slot, *, outer: bool = False) -> None:
+        """Bookkeeping and the terminal write of an ended run (synchronous, so nothing
+        interleaves between deciding who owns the keys and writing them)."""
+        slot.active.remove(run)
+        if outer:
+            run.finish_cancelled(outer=False, write=False)
+        if not run.superseded:
+            # In parallel mode the status stays "running" while another run is in flight.
+            others = any(not r.superseded for r in slot.active)
+            run.write_outcome(status=not others)
+        self._count -= 1
+        run.notify()
+        if slot.waiting and not slot.active:
+            self._start_queued(slot)
+        if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
+            del self._slots[run.name]
+        if not self._count and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    def _start_queued(self, slot: _Slot) -> None:
+        run = slot.waiting.popleft()
+        try:
+            run.write_running()
+        except Exception as exc:
+            run.exception = exc
+            run.error = str(exc)
+            run.status = "error"
+            self._count -= 1
+            run.notify()
+            self._report(run.resolver, exc)
+            return
+        self._start(run, slot)
+
+    def _end_queued(self, run: Run) -> None:
+        """End a run that never started (cancelled or superseded while queued)."""
+        if run.cancel_reason is None:
+            run.cancel_reason = "cancelled"
+        run.status = "cancelled"
+        self._count -= 1
+        run.notify()
+        if run.deliver is not None and self._tg is not None:
+            self._tg.start_soon(self._deliver, run)
+        if not self._count and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    async def _deliver(self, run: Run) -> None:
+        assert run.deliver is not None
+        try:
+            result = run.background_result()
+            result = result.model_copy(update={"response": self.result_formatter(result)})
+            outcome = run.deliver(result)
+            if inspect.isawaitable(outcome):
+                # Delivered even while the session closes, but never for longer than the grace.
+                with anyio.CancelScope(shield=True), self.clock.deadline(self.cancel_grace):
+                    await outcome
+        except Exception as exc:
+            self._report(run.deliver, exc)
+
+    def _report(self, receiver: object, exc: Exception) -> None:
+        log.error("slateflow session: %r failed: %r", receiver, exc, exc_info=exc)
+        if self.state.receiver_failed.receivers:
+            try:
+                self.state.receiver_failed.send(
+                    self.state, receiver=receiver, error=exc, changes=()
+                )
+            except Exception:
+                log.exception("a receiver_failed handler failed too")
+
+    # -- control ---------------------------------------------------------------------------
+
+    def cancel(self, name: str) -> int:
+        """Cancel every run of resolver ``name`` (and stop it reacting); returns how many."""
+        reaction = self._reactions.pop(name, None)
+        if reaction is not None:
+            reaction.stop()
+        slot = self._slots.get(name)
+        if slot is None:
+            return 0
+        cancelled = 0
+        while slot.waiting:
+            self._end_queued(slot.waiting.popleft())
+            cancelled += 1
+        for run in list(slot.active):
+            cancelled += run.cancel()
+        return cancelled
+
+    def cancel_all(self, *, reason: str = "cancelled") -> int:
+        """Cancel every run of the session; returns how many were cancelled."""
+        total = 0
+        for name, slot in list(self._slots.items()):
+            for run in [*slot.active, *slot.waiting]:
+                if run.cancel_reason is None:
+                    run.cancel_reason = reason
+            total += self.cancel(name)
+        return total
+
+    def is_running(self, name: str) -> bool:
+        """Whether a run of resolver ``name`` is in flight or queued."""
+        slot = self._slots.get(name)
+        return slot is not None and bool(slot.active or slot.waiting)
+
+    @property
+    def active_count(self) -> int:
+        """How many runs are in flight or queued."""
+        return self._count
+
+    def runs(self, name: str | None = None) -> list[Run]:
+        """The handles of the runs in flight or queued (of ``name``, or all)."""
+        slots = [self._slots.get(name)] if name is not None else list(self._slots.values())
+        return [run for slot in slots if slot is not None for run in (*slot.active, *slot.waiting)]
+
+    async def wait_idle(self) -> None:
+        """Wait until no run is in flight or queued (reactions may start more later)."""
+        while self._count:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    # -- reactions -------------------------------------------------------------------------
+
+    def _react(
+        self,
+        resolver: Resolver,
+        mode: Mode,
+        deliver: Deliver | None,
+        scheduling: Scheduling | None,
+    ) -> None:
+        reaction = self._reactions.get(resolver.name)
+        if reaction is None:
+            self._reactions[resolver.name] = Reaction(self, resolver, mode, deliver, scheduling)
+        else:
+            reaction.retarget(resolver, mode, deliver, scheduling)
+
+    def _rerun(self, reaction: Reaction) -> None:
+        """A reaction's debounce elapsed: run again unless the latest run saw these inputs."""
+        if self._closing or self._reactions.get(reaction.resolver.name) is not reaction:
+            return
+        resolver = reaction.resolver
+        slot = self._slots.get(resolver.name)
+        last = slot.last if slot is not None else reaction.last
+        if last is not None and last.status != "cancelled":
+            if last.inputs is None and not last.done:
+                return  # not started yet: it will read the current values
+            current = {k: self.state.version(k) for k in resolver.reads}
+            if last.inputs == current:
+                return
+        try:
+            run = self._submit(
+                resolver, reaction.mode, "latest", reaction.deliver, reaction.scheduling
+            )
+        except Exception as exc:
+            self._report(resolver, exc)
+            return
+        reaction.last = run
+
+    # -- watchers --------------------------------------------------------------------------
+
+    def watch(
+        self,
+        key: str | Key[Any],
+        when: Trigger | Callable[[Any, Any], bool],
+        action: Callable[[Change], Any],
+        *,
+        blocking: bool = False,
+    ) -> Watcher:
+        """Run ``action(change)`` (sync or async) in the session when ``when(old, new)`` holds.
+
+        Non-blocking actions run concurrently, each in its own task. Blocking ones run one
+        after another, in commit order, across all blocking watchers of the session. Changes
+        from any thread are handled on the session's loop. An action's exception is logged and
+        reported on ``state.receiver_failed``. ``watcher.close()`` stops it.
+        """
+        tg = self._check_usable()
+        name = self.state._name(key)
+        if not callable(when) or not callable(action):
+            raise TypeError(
+                f"watch({name!r}, when, action) needs two callables: a predicate over "
+                "(old, new) such as when.changed_to('done'), and an action taking the Change"
+            )
+        if blocking and self._queue is None:
+            self._queue = WatchQueue(self)
+            tg.start_soon(self._queue.consume, name="slateflow:watchers")
+        watcher = Watcher(self, name, when, action, blocking)
+        self._watchers.add(watcher)
+        return watcher
+
+    def _soon(self, fn: Callable[..., object], *args: Any) -> None:
+        """Call ``fn(*args)`` on the session's loop: now if this is its thread, else soon."""
+        if threading.get_ident() == self._thread:
+            fn(*args)
+            return
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(anyio.RunFinishedError):
+            token.backend_class.run_sync_soon(fn, args, token.native_token)
+
+    def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._tg is not None and self._open:
+            self._tg.start_soon(fn, *args)
+
+    def __repr__(self) -> str:
+        state = "open" if self._open and not self._closing else "closed"
+        return f"<Session {state}, {self._count} runs>"
