@@ -1,6 +1,7 @@
 """The ``state`` layer: the governed blackboard every other layer reads and writes."""
 
 from . import when
+from .actors import Actor
 from .journal import JournalSink, JsonlSink, MemorySink
 from .keys import MAX_KEY_LENGTH, Key, Pattern, error_key, result_key, status_key
 from .policy import Policy, Rule
@@ -17,6 +18,7 @@ __all__ = [
     "SCOPES",
     "SECRET_MASK",
     "SNAPSHOT_FORMAT",
+    "Actor",
     "Change",
     "Entry",
     "JournalSink",

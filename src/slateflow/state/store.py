@@ -985,15 +985,23 @@ class State:
         ``<name>:*`` keys.
         """
         actor = Actor(writer, source, [allow] if isinstance(allow, str) else allow, deny)
-        token = self._actorvar.set(actor)
-        with self._lock:
-            self._acting += 1
+        token = self._push_actor(actor)
         try:
             yield actor
         finally:
-            self._actorvar.reset(token)
-            with self._lock:
-                self._acting -= 1
+            self._pop_actor(token)
+
+    def _push_actor(self, actor: Actor | None) -> Token[Actor | None]:
+        # No contextmanager here: the Session enters one per resolver run (a hot path).
+        token = self._actorvar.set(actor)
+        with self._lock:
+            self._acting += 1
+        return token
+
+    def _pop_actor(self, token: Token[Actor | None]) -> None:
+        self._actorvar.reset(token)
+        with self._lock:
+            self._acting -= 1
 
     def _admit(
         self, keys: Iterable[str | Key[Any]], source: str, writer: str | None
