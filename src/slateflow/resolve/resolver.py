@@ -13,6 +13,7 @@ from typing_extensions import Unpack
 from ..errors import ResolverDefinitionError
 from ..state import Actor, Key, State, error_key, result_key, status_key
 from ..state.keys import check_key
+from ..state.provenance import Stamp
 from .clock import SYSTEM_CLOCK, Clock
 from .llm import LLM, LLMRequest, usage_meta
 from .retry import Retry
@@ -104,6 +105,7 @@ class Resolver:
         "result_key",
         "retry",
         "source",
+        "stamp",
         "status_key",
         "template",
         "timeout",
@@ -145,7 +147,8 @@ class Resolver:
         self.result_key = result_key(name)
         self.error_key = error_key(name)
         self.status_key = status_key(name)
-        # Built once: every run fences the source's writes with it.
+        # Built once: the provenance of its status writes, and the fence around its source.
+        self.stamp = Stamp(kind, name, None, None)
         self.actor = Actor(
             name, kind, [f"{name}:*"], [self.result_key, self.error_key, self.status_key]
         )

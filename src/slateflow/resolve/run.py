@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import anyio.lowlevel
+from anyio import TaskHandle
 
 from ..errors import (
     ResolverCancelledError,
@@ -19,8 +18,8 @@ from ..errors import (
     ResolverTimeoutError,
     SlateError,
 )
-from ..state import Key, State
-from ..state.values import clean
+from ..state import State
+from ..state.provenance import Stamp
 from .clock import Clock
 from .resolver import Produced, Resolver
 
@@ -59,6 +58,7 @@ class Run:
 
     __slots__ = (
         "_event",
+        "_handle",
         "_mono",
         "_produced",
         "attempts",
@@ -73,7 +73,6 @@ class Run:
         "mode",
         "resolver",
         "scheduling",
-        "scope",
         "started_at",
         "state",
         "status",
@@ -108,7 +107,8 @@ class Run:
         self.ignored_cancel = False
         self.deliver = deliver
         self.scheduling = scheduling
-        self.scope = anyio.CancelScope()
+        # The task running it (dispatch and background modes): cancel() cancels it.
+        self._handle: TaskHandle[None] | None = None
         self._event: anyio.Event | None = None
         self._mono = 0.0
         self._produced: Produced | None = None
@@ -134,7 +134,8 @@ class Run:
             return False
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        self.scope.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
         return True
 
     async def wait(self, *, raise_error: bool = True) -> Any:
@@ -179,29 +180,30 @@ class Run:
     async def execute(self, limiter: anyio.CapacityLimiter | None = None) -> None:
         """Run the attempts; sets ``status`` to done / error / cancelled (writes nothing).
 
-        Cancellation from outside the run's own scope propagates; the caller then calls
+        Cancellation (of the run's task, or from outside) propagates; the caller then calls
         :meth:`finish_cancelled`. With a ``limiter``, the run first waits for a slot in it.
         """
         clock = self.clock
         self.started_at = clock.time()
         self._mono = clock.monotonic()
         self.status = "running"
+        if self.cancel_reason is not None:
+            # Cancelled before it started: a source that never awaits must not run at all.
+            self.duration = 0.0
+            self._cancelled()
+            return
         try:
-            with self.scope:
-                if self.scope.cancel_called:
-                    # Cancelled before it started: a source that never awaits must not run.
-                    await anyio.lowlevel.checkpoint()
-                if limiter is None:
+            if limiter is None:
+                self._produced = await self._attempts()
+            else:
+                async with limiter:
+                    # Measured from when it may run, not from when it was queued.
+                    self.started_at = clock.time()
+                    self._mono = clock.monotonic()
                     self._produced = await self._attempts()
-                else:
-                    async with limiter:
-                        # Measured from when it may run, not from when it was queued.
-                        self.started_at = clock.time()
-                        self._mono = clock.monotonic()
-                        self._produced = await self._attempts()
         except Exception as exc:
             self.duration = clock.monotonic() - self._mono
-            if self.scope.cancel_called:
+            if self.cancel_reason is not None:
                 self._cancelled()
                 return
             self.exception = exc
@@ -210,9 +212,9 @@ class Run:
             self.value = None
             return
         self.duration = clock.monotonic() - self._mono
-        if self.scope.cancel_called:
-            if not self.scope.cancelled_caught and self._produced is not None:
-                # It returned although it was told to stop: it swallowed the cancellation.
+        if self.cancel_reason is not None:
+            if self._handle is not None:
+                # It returned although its task was cancelled: it swallowed the cancellation.
                 self._report_ignored("cancelled")
             self._cancelled()
             return
@@ -239,9 +241,9 @@ class Run:
             try:
                 produced = await self._attempt(attempt)
                 # Validated here, so a value the State cannot hold is this run's error.
-                value = produced[0]
-                self.value = value
-                return clean(value, resolver.result_key), produced[1]
+                # The State validates (and copies) the value when it is written.
+                self.value = produced[0]
+                return produced
             except Exception as exc:
                 if retry is None or not retry.should_retry(exc, attempt):
                     raise
@@ -304,30 +306,18 @@ class Run:
             meta["inputs"] = self.inputs
         return meta
 
-    def _write(self, fn: Callable[[], object]) -> None:
-        # The runtime writes its keys as itself, even from inside another resolver's code.
-        state = self.state
-        if not state._acting:
-            fn()
-            return
-        token = state._push_actor(None)
-        try:
-            fn()
-        finally:
-            state._pop_actor(token)
+    def _commit(
+        self, writes: dict[str, Any], removes: tuple[str, ...], meta: dict[str, Any]
+    ) -> None:
+        # The meta is built here from JSON values only, so the stamp skips re-validating it.
+        resolver = self.resolver
+        stamp = Stamp(resolver.kind, resolver.name, None, meta)
+        self.state._commit_owned(writes, removes, stamp, self.mode)
 
     def write_running(self) -> None:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
         resolver = self.resolver
-        self._write(
-            lambda: self.state.set(
-                resolver.status_key,
-                "running",
-                source=resolver.kind,
-                writer=resolver.name,
-                meta={"mode": self.mode},
-            )
-        )
+        self.state._commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).
@@ -336,9 +326,21 @@ class Run:
         instead; if it refuses even that, the status alone is written, and failing that the
         problem is logged. The keys never stay ``running`` because of a refused write.
         """
+        resolver = self.resolver
         if self.status == "done":
+            assert self._produced is not None
+            value, extra = self._produced
+            meta = self._meta()
+            meta["attempt"] = self.attempts
+            if extra:
+                meta.update(extra)
+            if resolver.ttl is not None:
+                meta["ttl"] = resolver.ttl
+            writes = {resolver.result_key: value}
+            if status:
+                writes[resolver.status_key] = "done"
             try:
-                self._write(lambda: self._write_done(status))
+                self._commit(writes, (resolver.error_key,), meta)
                 return
             except SlateError as exc:
                 self.exception = exc
@@ -346,72 +348,27 @@ class Run:
                 self.status = "error"
                 self.value = None
         if self.status == "error":
+            meta = self._meta()
+            meta["attempts"] = self.attempts
+            meta["exception"] = type(self.exception).__name__ if self.exception else "Exception"
+            writes = {resolver.error_key: self.error}
+            if status:
+                writes[resolver.status_key] = "error"
             try:
-                self._write(lambda: self._write_error(status))
+                self._commit(writes, (resolver.result_key,), meta)
                 return
             except SlateError as exc:
                 log.error("resolver %r: its error could not be written: %s", self.name, exc)
-        elif self.status == "cancelled":
-            pass
-        else:
+        elif self.status != "cancelled":
             return
         if status:
-            self._write_status_only()
-
-    def _write_done(self, status: bool) -> None:
-        resolver = self.resolver
-        assert self._produced is not None
-        value, extra = self._produced
-        meta = self._meta()
-        meta["attempt"] = self.attempts
-        if extra:
-            meta.update(extra)
-        if resolver.ttl is not None:
-            meta["ttl"] = resolver.ttl
-        mapping: dict[str | Key[Any], Any] = {resolver.result_key: value}
-        if status:
-            mapping[resolver.status_key] = "done"
-        self.state.update(
-            mapping,
-            remove=resolver.error_key,
-            source=resolver.kind,
-            writer=resolver.name,
-            meta=meta,
-        )
-
-    def _write_error(self, status: bool) -> None:
-        resolver = self.resolver
-        meta = self._meta()
-        meta["attempts"] = self.attempts
-        meta["exception"] = type(self.exception).__name__ if self.exception else "Exception"
-        mapping: dict[str | Key[Any], Any] = {resolver.error_key: self.error}
-        if status:
-            mapping[resolver.status_key] = "error"
-        self.state.update(
-            mapping,
-            remove=resolver.result_key,
-            source=resolver.kind,
-            writer=resolver.name,
-            meta=meta,
-        )
-
-    def _write_status_only(self) -> None:
-        resolver = self.resolver
-        meta = self._meta()
-        if self.status == "cancelled":
-            meta["reason"] = self.cancel_reason or "cancelled"
-        try:
-            self._write(
-                lambda: self.state.set(
-                    resolver.status_key,
-                    self.status,
-                    source=resolver.kind,
-                    writer=resolver.name,
-                    meta=meta,
-                )
-            )
-        except SlateError as exc:
-            log.error("resolver %r: its status could not be written: %s", self.name, exc)
+            meta = self._meta()
+            if self.status == "cancelled":
+                meta["reason"] = self.cancel_reason or "cancelled"
+            try:
+                self._commit({resolver.status_key: self.status}, (), meta)
+            except SlateError as exc:
+                log.error("resolver %r: its status could not be written: %s", self.name, exc)
 
     def finish_cancelled(self, *, outer: bool, write: bool = True) -> None:
         """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""

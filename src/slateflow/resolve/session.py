@@ -284,7 +284,7 @@ class Session:
         slot.active.append(run)
         slot.last = run
         self._count += 1
-        self._tg.start_soon(self._drive, run, slot, name=f"slateflow:{run.name}")
+        run._handle = self._tg.start_soon(self._drive, run, slot, name=run.name)
 
     async def _drive(self, run: Run, slot: _Slot) -> None:
         try:

@@ -718,6 +718,23 @@ class State:
 
     # -- the commit path ---------------------------------------------------------------------
 
+    def _commit_owned(
+        self, writes: Mapping[str, Any], removes: Iterable[str], stamp: Stamp, origin: str
+    ) -> int:
+        """Commit a runtime batch (a resolver's own keys) with a prebuilt stamp.
+
+        Validated like any write (keys, values, schemas, policies) but not fenced by an actor nor
+        routed into a transaction: the runtime writes its keys as itself, whoever's code is
+        running. Returns the commit's seq.
+        """
+        prepare = self._prepare
+        ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
+        for key in removes:
+            self._check_remove(key, stamp)
+            ops.append((key, REMOVED, stamp))
+        return self._commit_batch(ops, origin)
+
+
     def _commit_batch(
         self,
         ops: Sequence[tuple[str, JSON, Stamp]],
