@@ -20,7 +20,13 @@ from slateflow.demo import TickingClock, run
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
-DOC_PAGES = ["README.md", "docs/index.md", "docs/state.md", "docs/errors.md"]
+DOC_PAGES = [
+    "README.md",
+    "docs/index.md",
+    "docs/state.md",
+    "docs/resolvers.md",
+    "docs/errors.md",
+]
 
 
 def python_blocks(page: str) -> list[str]:

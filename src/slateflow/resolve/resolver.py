@@ -24,9 +24,31 @@ __all__ = ["CONFLICT_POLICIES", "OnConflict", "Resolver", "ResolverOptions", "Te
 OnConflict = Literal["latest", "queue", "reject", "parallel"]
 CONFLICT_POLICIES: tuple[OnConflict, ...] = ("latest", "queue", "reject", "parallel")
 
-# What a source returns: the value, and extra provenance fields (model and usage for an LLM).
+# A run's value with the extra provenance fields its source reported (model and usage for an LLM).
 Produced = tuple[Any, dict[str, Any] | None]
-Source = Callable[[State], Awaitable[Produced]]
+# A source: awaited with the state, returns the value (or a WithMeta carrying provenance fields).
+Source = Callable[[State], Awaitable[Any]]
+
+
+class WithMeta:
+    """A source's value together with extra provenance fields for its result."""
+
+    __slots__ = ("meta", "value")
+
+    def __init__(self, value: Any, meta: dict[str, Any]) -> None:
+        self.value = value
+        self.meta = meta
+
+
+def _must_be_str(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not isinstance(value, str):
+            raise TypeError(
+                f"agent of resolver {name!r} returned {type(value).__name__}, not str; "
+                "use Resolver.fetch for other values"
+            )
+
+    return check
 
 
 @runtime_checkable
@@ -95,6 +117,7 @@ class Resolver:
 
     __slots__ = (
         "actor",
+        "check",
         "debounce",
         "error_key",
         "kind",
@@ -119,6 +142,7 @@ class Resolver:
         source: Source,
         *,
         template: Template | None = None,
+        check: Callable[[Any], None] | None = None,
         reads: Iterable[str | Key[Any]] | None = None,
         reactive: bool = False,
         debounce: float = 0.05,
@@ -144,6 +168,8 @@ class Resolver:
         """The provenance source of its values: ``agent``, ``fetch``, ``llm`` or ``function``."""
         self.source = source
         self.template = template
+        # Called with each value the source returns; raises to make the run an error.
+        self.check = check
         self.result_key = result_key(name)
         self.error_key = error_key(name)
         self.status_key = status_key(name)
@@ -211,16 +237,7 @@ class Resolver:
                 f"callable taking the state, got {type(agent).__name__}"
             )
 
-        async def source(state: State) -> Produced:
-            text = await fn(state)
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"agent of resolver {name!r} returned {type(text).__name__}, not str; "
-                    "use Resolver.fetch for other values"
-                )
-            return text, None
-
-        return cls(name, "agent", source, **options)
+        return cls(name, "agent", fn, check=_must_be_str(name), **options)
 
     @classmethod
     def fetch(
@@ -240,10 +257,7 @@ class Resolver:
                 f"got {type(fn).__name__}"
             )
 
-        async def source(state: State) -> Produced:
-            return await fn(state), None
-
-        return cls(name, "fetch", source, **options)
+        return cls(name, "fetch", fn, **options)
 
     @classmethod
     def llm(
@@ -282,10 +296,10 @@ class Resolver:
             max_tokens=max_tokens,
         )
 
-        async def source(state: State) -> Produced:
+        async def source(state: State) -> WithMeta:
             request = base.model_copy(update={"prompt": template.render(state, owner=name)})
             response = await generate(request)
-            return response.text, usage_meta(response)
+            return WithMeta(response.text, usage_meta(response))
 
         return cls(name, "llm", source, template=template, **options)
 
@@ -310,16 +324,16 @@ class Resolver:
             )
         if thread:
 
-            async def source(state: State) -> Produced:
-                return await anyio.to_thread.run_sync(fn, state, abandon_on_cancel=True), None
+            async def source(state: State) -> Any:
+                return await anyio.to_thread.run_sync(fn, state, abandon_on_cancel=True)
 
         else:
 
-            async def source(state: State) -> Produced:
+            async def source(state: State) -> Any:
                 value = fn(state)
                 if inspect.isawaitable(value):
                     value = await value
-                return value, None
+                return value
 
         return cls(name, "function", source, **options)
 

@@ -21,7 +21,7 @@ from ..errors import (
 from ..state import State
 from ..state.provenance import Stamp
 from .clock import Clock
-from .resolver import Produced, Resolver
+from .resolver import Produced, Resolver, WithMeta
 
 if TYPE_CHECKING:
     from .background import BackgroundResult, Deliver, Scheduling
@@ -33,6 +33,9 @@ log = logging.getLogger("slateflow.resolve")
 Mode = Literal["call", "dispatch", "background"]
 RunStatus = Literal["queued", "running", "done", "error", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"done", "error", "cancelled"})
+
+# A source still running this long (clock seconds) after its deadline swallowed the cancellation.
+IGNORED_AFTER = 0.1
 
 # An error message longer than this is cut, so a huge exception text cannot break a size policy.
 MAX_ERROR_CHARS = 2000
@@ -192,15 +195,29 @@ class Run:
             self.duration = 0.0
             self._cancelled()
             return
+        resolver = self.resolver
         try:
-            if limiter is None:
-                self._produced = await self._attempts()
-            else:
+            if limiter is not None:
                 async with limiter:
                     # Measured from when it may run, not from when it was queued.
                     self.started_at = clock.time()
                     self._mono = clock.monotonic()
                     self._produced = await self._attempts()
+            elif resolver.retry is None and resolver.timeout is None:
+                # The common case, inlined: a frame less to allocate and run for every dispatch.
+                self.attempts = 1
+                state = self.state
+                if resolver.reads:
+                    version = state.version
+                    self.inputs = {k: version(k) for k in resolver.reads}
+                token = state._push_actor(resolver.actor)
+                try:
+                    produced = await resolver.source(state)
+                finally:
+                    state._pop_actor(token)
+                self._produced = self._accept(produced)
+            else:
+                self._produced = await self._attempts()
         except Exception as exc:
             self.duration = clock.monotonic() - self._mono
             if self.cancel_reason is not None:
@@ -213,9 +230,8 @@ class Run:
             return
         self.duration = clock.monotonic() - self._mono
         if self.cancel_reason is not None:
-            if self._handle is not None:
-                # It returned although its task was cancelled: it swallowed the cancellation.
-                self._report_ignored("cancelled")
+            # Finished after cancel() was called (before the cancellation reached it, or by
+            # swallowing it): the request wins and the value is discarded.
             self._cancelled()
             return
         self.status = "done"
@@ -239,11 +255,7 @@ class Run:
                 version = state.version
                 self.inputs = {k: version(k) for k in resolver.reads}
             try:
-                produced = await self._attempt(attempt)
-                # Validated here, so a value the State cannot hold is this run's error.
-                # The State validates (and copies) the value when it is written.
-                self.value = produced[0]
-                return produced
+                return self._accept(await self._attempt(attempt))
             except Exception as exc:
                 if retry is None or not retry.should_retry(exc, attempt):
                     raise
@@ -253,7 +265,22 @@ class Run:
             assert retry is not None
             await self.clock.sleep(retry.delay(attempt))
 
-    async def _attempt(self, attempt: int) -> Produced:
+    def _accept(self, produced: Any) -> Produced:
+        """Split what a source returned into value and extra provenance, and check the value.
+
+        (The State validates and copies the value itself when it is written.)
+        """
+        if type(produced) is WithMeta:
+            value, extra = produced.value, produced.meta
+        else:
+            value, extra = produced, None
+        check = self.resolver.check
+        if check is not None:
+            check(value)
+        self.value = value
+        return value, extra
+
+    async def _attempt(self, attempt: int) -> Any:
         resolver = self.resolver
         state = self.state
         token = state._push_actor(resolver.actor)
@@ -261,12 +288,14 @@ class Run:
             timeout = resolver.timeout
             if timeout is None:
                 return await resolver.source(state)
+            begin = self.clock.monotonic()
             with self.clock.deadline(timeout) as scope:
                 produced = await resolver.source(state)
             if not scope.cancel_called:
                 return produced
-            if not scope.cancelled_caught:
-                self._report_ignored("timed out")
+            overrun = self.clock.monotonic() - begin - timeout
+            if not scope.cancelled_caught and overrun >= IGNORED_AFTER:
+                self._report_ignored(overrun)
         finally:
             state._pop_actor(token)
         raise ResolverTimeoutError(
@@ -274,13 +303,14 @@ class Run:
             "raise its timeout or make the source faster"
         )
 
-    def _report_ignored(self, what: str) -> None:
+    def _report_ignored(self, overrun: float) -> None:
         self.ignored_cancel = True
         log.warning(
-            "resolver %r was %s but its source ignored the cancellation and kept running; its "
-            "value is discarded. Do not catch cancellation (BaseException) in a source.",
+            "resolver %r timed out but its source ignored the cancellation and ran %.3gs past "
+            "its timeout; its value is discarded. Do not catch cancellation (BaseException) in "
+            "a source.",
             self.name,
-            what,
+            overrun,
         )
 
     def _resolver_error(self) -> ResolverError:
@@ -317,7 +347,13 @@ class Run:
     def write_running(self) -> None:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
         resolver = self.resolver
-        self.state._commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
+        state = self.state
+        if not state._acting and not state._tx_open:
+            # Nobody's code is fenced and no transaction is open: the plain set is the
+            # cheapest commit, and its governance is the same.
+            state.set(resolver.status_key, "running", source=resolver.kind, writer=resolver.name)
+            return
+        state._commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).

@@ -44,7 +44,8 @@ class _Slot:
 
     def __init__(self) -> None:
         self.active: list[Run] = []
-        self.waiting: deque[Run] = deque()
+        # Most names never queue: the (large) deque is made on first use.
+        self.waiting: deque[Run] | None = None
         self.last: Run | None = None
 
 
@@ -105,6 +106,7 @@ class Session:
         self._slots: dict[str, _Slot] = {}
         self._count = 0
         self._idle: anyio.Event | None = None
+        self._actions = 0  # watcher actions queued or running
         self._reactions: dict[str, Reaction] = {}
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
@@ -252,6 +254,8 @@ class Session:
         if busy and policy == "queue":
             assert slot is not None
             run.status = "queued"
+            if slot.waiting is None:
+                slot.waiting = deque()
             slot.waiting.append(run)
             self._count += 1
         else:
@@ -262,7 +266,7 @@ class Session:
                 self._supersede(slot)
             self._start(run, slot)
         if resolver.reactive:
-            self._react(resolver, mode, deliver, scheduling)
+            self._react(resolver, mode, deliver, scheduling).last = run
         return run
 
     def _supersede(self, slot: _Slot) -> None:
@@ -315,11 +319,10 @@ class Session:
             self._start_queued(slot)
         if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
             del self._slots[run.name]
-        if not self._count and self._idle is not None:
-            self._idle.set()
-            self._idle = None
+        self._check_idle()
 
     def _start_queued(self, slot: _Slot) -> None:
+        assert slot.waiting is not None
         run = slot.waiting.popleft()
         try:
             run.write_running()
@@ -342,9 +345,7 @@ class Session:
         run.notify()
         if run.deliver is not None and self._tg is not None:
             self._tg.start_soon(self._deliver, run)
-        if not self._count and self._idle is not None:
-            self._idle.set()
-            self._idle = None
+        self._check_idle()
 
     async def _deliver(self, run: Run) -> None:
         assert run.deliver is not None
@@ -391,7 +392,7 @@ class Session:
         """Cancel every run of the session; returns how many were cancelled."""
         total = 0
         for name, slot in list(self._slots.items()):
-            for run in [*slot.active, *slot.waiting]:
+            for run in [*slot.active, *(slot.waiting or ())]:
                 if run.cancel_reason is None:
                     run.cancel_reason = reason
             total += self.cancel(name)
@@ -410,14 +411,27 @@ class Session:
     def runs(self, name: str | None = None) -> list[Run]:
         """The handles of the runs in flight or queued (of ``name``, or all)."""
         slots = [self._slots.get(name)] if name is not None else list(self._slots.values())
-        return [run for slot in slots if slot is not None for run in (*slot.active, *slot.waiting)]
+        return [
+            run
+            for slot in slots
+            if slot is not None
+            for run in (*slot.active, *(slot.waiting or ()))
+        ]
 
     async def wait_idle(self) -> None:
-        """Wait until no run is in flight or queued (reactions may start more later)."""
-        while self._count:
+        """Wait until no run is in flight or queued and no watcher action is pending.
+
+        Reactions may start more runs later (after their debounce).
+        """
+        while self._count or self._actions:
             if self._idle is None:
                 self._idle = anyio.Event()
             await self._idle.wait()
+
+    def _check_idle(self) -> None:
+        if not self._count and not self._actions and self._idle is not None:
+            self._idle.set()
+            self._idle = None
 
     # -- reactions -------------------------------------------------------------------------
 
@@ -427,12 +441,14 @@ class Session:
         mode: Mode,
         deliver: Deliver | None,
         scheduling: Scheduling | None,
-    ) -> None:
+    ) -> Reaction:
         reaction = self._reactions.get(resolver.name)
         if reaction is None:
-            self._reactions[resolver.name] = Reaction(self, resolver, mode, deliver, scheduling)
+            reaction = Reaction(self, resolver, mode, deliver, scheduling)
+            self._reactions[resolver.name] = reaction
         else:
             reaction.retarget(resolver, mode, deliver, scheduling)
+        return reaction
 
     def _rerun(self, reaction: Reaction) -> None:
         """A reaction's debounce elapsed: run again unless the latest run saw these inputs."""
@@ -448,13 +464,9 @@ class Session:
             if last.inputs == current:
                 return
         try:
-            run = self._submit(
-                resolver, reaction.mode, "latest", reaction.deliver, reaction.scheduling
-            )
+            self._submit(resolver, reaction.mode, "latest", reaction.deliver, reaction.scheduling)
         except Exception as exc:
             self._report(resolver, exc)
-            return
-        reaction.last = run
 
     # -- watchers --------------------------------------------------------------------------
 

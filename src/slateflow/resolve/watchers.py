@@ -61,9 +61,10 @@ class Watcher:
 
     def _schedule(self, changes: list[Change]) -> None:
         session = self.session
-        if not self.sub.active:
+        if not self.sub.active or not session._open:
             return
         for change in changes:
+            session._actions += 1
             if self.blocking:
                 assert session._queue is not None
                 session._queue.put(self, change)
@@ -78,6 +79,9 @@ class Watcher:
                 await outcome
         except Exception as exc:
             self.session._report(self.action, exc)
+        finally:
+            self.session._actions -= 1
+            self.session._check_idle()
 
     def __repr__(self) -> str:
         kind = "blocking" if self.blocking else "concurrent"
