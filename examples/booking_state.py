@@ -1,9 +1,11 @@
 """A booking call that does not block on slow work: ``python examples/booking_state.py``.
 
-The agent starts a (fake) availability lookup in the background and keeps talking. The lookup
-writes ``availability:result`` on success or ``availability:error`` on failure, with provenance.
-The conversation waits on the *state* (whichever key appears first), not on the task, so it
-works the same whoever runs the lookup: a task, a thread, or later a worker in another process.
+The agent dispatches an availability lookup and keeps talking; the lookup writes
+``availability:result`` on success or ``availability:error`` on failure, with provenance. The
+conversation waits on the *state* (whichever key appears first), not on the task, so it works the
+same whoever runs the lookup. A sub-agent verifying the caller's address runs in background mode:
+the model is told at once that it is running, and its outcome is delivered back with a
+scheduling hint when it ends.
 
 Uses only the public API and anyio (asyncio by default; pass ``--trio`` to run it on trio).
 """
@@ -16,7 +18,12 @@ from typing import Any
 import anyio
 
 from slateflow import (
+    BackgroundResult,
     PolicyViolation,
+    Resolver,
+    Retry,
+    Scheduling,
+    Session,
     State,
     error_key,
     result_key,
@@ -27,22 +34,28 @@ from slateflow import (
 NAME = "availability"
 
 
-async def lookup_availability(state: State, date: str, fail: bool) -> None:
-    """A stand-in fetch resolver: writes its status, then its result or its error."""
-    prov: dict[str, Any] = {"source": "fetch", "writer": NAME}
-    state.set(status_key(NAME), "running", **prov)
-    await anyio.sleep(0.05)  # the network round trip
-    if fail:
-        state.update(
-            {error_key(NAME): f"booking service timed out for {date}", status_key(NAME): "failed"},
-            **prov,
-        )
-    else:
-        state.update(
-            {result_key(NAME): ["19:00", "19:30", "20:15"], status_key(NAME): "done"},
-            **prov,
-            meta={"date": date},
-        )
+def availability(fail: bool) -> Resolver:
+    """A fetch resolver standing in for the booking system's HTTP API."""
+
+    async def fetch(state: State) -> list[str]:
+        date = state.require("booking:date")
+        await anyio.sleep(0.05)  # the network round trip
+        if fail:
+            raise TimeoutError(f"booking service timed out for {date}")
+        return ["19:00", "19:30", "20:15"]
+
+    # One quick retry, then the failure is recorded as the resolver's error.
+    return Resolver.fetch(
+        NAME, fetch, reads=["booking:date"], timeout=2.0, retry=Retry(attempts=2, backoff=0.01)
+    )
+
+
+class AddressVerifier:
+    """A sub-agent (the TextAgent protocol: ``async run(state) -> str``)."""
+
+    async def run(self, state: State) -> str:
+        await anyio.sleep(0.02)
+        return f"{state.require('caller:address')} is a valid delivery address"
 
 
 def outcome(state: State) -> tuple[str, Any] | None:
@@ -60,12 +73,20 @@ async def call(fail: bool) -> None:
         when.changed_to("running"),
         lambda change: print(f"  (status: {change.new}, written by {change.provenance.writer})"),
     )
-
     state.set(
         "booking:date", "2025-06-14", source="extraction", writer="slot_filler", confidence=0.9
     )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lookup_availability, state, state.get("booking:date"), fail)
+    state.set("caller:address", "221B Baker Street", source="user", writer="asr")
+
+    def deliver(result: BackgroundResult) -> None:
+        print(f"  the model is handed ({result.scheduling.value}): {result.response}")
+
+    async with Session(state) as session:
+        session.dispatch(availability(fail))
+        ack = session.background(
+            Resolver.agent("verify_address", AddressVerifier()), deliver, Scheduling.WHEN_IDLE
+        )
+        print(f"  the model is told: {ack}")
         print('  agent: "Let me check Saturday for you."')
 
         # Something else tries to fill in the answer: refused, nothing written.
@@ -75,10 +96,15 @@ async def call(fail: bool) -> None:
             print(f"  refused: {exc}")
 
         key, value = await state.wait_until(outcome, pattern=f"{NAME}:*", timeout=5)
+        await session.wait_idle()
 
     prov = state.provenance(key)
     assert prov is not None
-    print(f"  {key} = {value!r}  (source {prov.source!r}, writer {prov.writer!r})")
+    attempts = prov.meta.get("attempt", prov.meta.get("attempts"))
+    print(
+        f"  {key} = {value!r}  (source {prov.source!r}, writer {prov.writer!r}, "
+        f"mode {prov.meta['mode']!r}, attempts {attempts})"
+    )
     if key == result_key(NAME):
         print(f'  agent: "I have {", ".join(value)}. Which would you like?"')
     else:

@@ -69,7 +69,10 @@ def test_demo_runs_from_the_command_line() -> None:
         "PolicyViolation: writer 'summariser' (source 'llm') may not write 'availability:result'",
         "StateValueError: value for 'booking:deposit' is nan",
         "SchemaError: value for 'booking:party_size' does not match its declared type int",
-        "cursor before 5, after 5",
+        "cursor before 6, after 6",
+        "the model is told at once: {'status': 'running', 'resolver': 'availability'}",
+        "the model is handed (when_idle): {'status': 'completed', 'resolver': 'availability'",
+        "'mode': 'background'",
         "attempt 1 rolled back:",
         "booking:status is still None",
         "attempt 2 committed: one batch, one signal (party of 5 at 19:30)",
@@ -118,6 +121,9 @@ def test_booking_example_runs(backend: str) -> None:
     assert "availability:result = ['19:00', '19:30', '20:15']" in proc.stdout
     assert "availability:error = 'booking service timed out for 2025-06-14'" in proc.stdout
     assert "refused: writer 'guesser'" in proc.stdout
+    assert "the model is told: {'status': 'running', 'resolver': 'verify_address'}" in proc.stdout
+    assert "the model is handed (when_idle): {'status': 'completed'" in proc.stdout
+    assert "mode 'dispatch', attempts 2" in proc.stdout
 
 
 def test_state_page_has_snippets() -> None:

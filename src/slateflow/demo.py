@@ -1,12 +1,14 @@
 """A narrated voice-agent call on the State: ``python -m slateflow demo``.
 
 A caller books a table. Several writers share one State: the caller (``user``), a slot-filling
-extractor (``extraction``, with confidence), a fetch resolver (``availability``) and the agent.
-A subscriber logs every committed batch, a watcher announces when availability resolves, a bad
-write is refused with a typed error, the booking commits in a transaction and a card number stays
-masked wherever the state is shown.
+extractor (``extraction``, with confidence), a fetch resolver (``availability``) running in the
+background of a Session while the conversation goes on, and the agent. A subscriber logs every
+committed batch, a watcher announces when availability resolves, the model is handed the
+background result, a bad write is refused with a typed error, the booking commits in a
+transaction and a card number stays masked wherever the state is shown.
 
-The output is deterministic: the State gets a manual clock, and the one thread the demo starts
+The output is deterministic: the State gets a ticking clock, the Session a manual one (the
+booking system's latency passes when the demo advances it), and the one thread the demo starts
 (a caller's correction arriving mid-transaction) is joined before the demo goes on.
 """
 
@@ -17,8 +19,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
+
 from .errors import SlateError, VersionConflictError
-from .state import Change, State, provenance, result_key, status_key, when
+from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
+from .state import Change, State, provenance, result_key, when
 
 __all__ = ["TickingClock", "run"]
 
@@ -61,6 +66,10 @@ def _heading(out: Out, title: str) -> None:
 
 def run(out: Out = print) -> State:
     """Run the demo, writing its narrative line by line to ``out``; returns the final State."""
+    return anyio.run(_run, out)
+
+
+async def _run(out: Out) -> State:
     state = State(clock=TickingClock())
     avail = "availability"
 
@@ -100,15 +109,27 @@ def run(out: Out = print) -> State:
         confidence=0.92,
     )
 
-    _heading(out, "2. A fetch resolver looks up availability (the agent keeps talking)")
-    state.set(status_key(avail), "running", source="fetch", writer=avail)
-    out('  agent: "Let me check what we have on Saturday."')
-    state.update(
-        {result_key(avail): ["19:00", "19:30", "20:15"], status_key(avail): "done"},
-        source="fetch",
-        writer=avail,
-        meta={"endpoint": "GET /tables?date=2025-06-14&size=4", "latency_ms": 412},
+    _heading(out, "2. Availability is looked up in the background (the agent keeps talking)")
+    clock = ManualClock(start=START.timestamp())
+
+    async def check_tables(state: State) -> list[str]:
+        # The booking system answers after 400 ms (of the session's clock).
+        await clock.sleep(0.4)
+        return ["19:00", "19:30", "20:15"]
+
+    def tell_the_model(result: BackgroundResult) -> None:
+        out(f"  the model is handed ({result.scheduling.value}): {result.response}")
+
+    lookup = Resolver.fetch(
+        avail, check_tables, reads=["booking:date", "booking:party_size"], timeout=5.0
     )
+    async with Session(state, clock=clock) as session:
+        ack = session.background(lookup, tell_the_model, scheduling=Scheduling.WHEN_IDLE)
+        out(f"  the model is told at once: {ack}")
+        out('  agent: "Let me check what we have on Saturday."')
+        state.set("turn:transcript", "Is there parking nearby?", source="user", writer="asr")
+        out('  agent: "Yes, there is a car park on the next street."')
+        await clock.advance(0.4)
 
     _heading(out, "3. Provenance: who wrote what")
     prov = state.provenance(result_key(avail))
