@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -63,6 +64,7 @@ class Run:
         "_event",
         "_handle",
         "_mono",
+        "_on_cancel",
         "_produced",
         "attempts",
         "cancel_reason",
@@ -112,6 +114,8 @@ class Run:
         self.scheduling = scheduling
         # The task running it (dispatch and background modes): cancel() cancels it.
         self._handle: TaskHandle[None] | None = None
+        # Set by a Session while the run is queued: ends it at once when it is cancelled.
+        self._on_cancel: Callable[[Run], None] | None = None
         self._event: anyio.Event | None = None
         self._mono = 0.0
         self._produced: Produced | None = None
@@ -139,6 +143,8 @@ class Run:
             self.cancel_reason = reason
         if self._handle is not None:
             self._handle.cancel()
+        elif self._on_cancel is not None:
+            self._on_cancel(self)
         return True
 
     async def wait(self, *, raise_error: bool = True) -> Any:

@@ -257,6 +257,7 @@ class Session:
             if slot.waiting is None:
                 slot.waiting = deque()
             slot.waiting.append(run)
+            run._on_cancel = self._cancel_queued
             self._count += 1
         else:
             run.write_running()  # raises before anything else changes if governance refuses
@@ -285,23 +286,32 @@ class Session:
         if run.status == "queued":
             self._count -= 1
             run.status = "running"
+            run._on_cancel = None
         slot.active.append(run)
         slot.last = run
         self._count += 1
         run._handle = self._tg.start_soon(self._drive, run, slot, name=run.name)
 
     async def _drive(self, run: Run, slot: _Slot) -> None:
+        state = self.state
+        # A task copies the context of whoever dispatched it, maybe another resolver's fenced
+        # source; this run's callbacks (deliver, subscribers) must not write as that resolver.
+        token = state._push_actor(None) if state._actorvar.get() is not None else None
         try:
-            await run.execute(self._limiter)
-        except BaseException:
-            # The session itself is being cancelled (its block raised, or an outer scope).
-            self._finish(run, slot, outer=True)
+            try:
+                await run.execute(self._limiter)
+            except BaseException:
+                # The session itself is being cancelled (its block raised, or an outer scope).
+                self._finish(run, slot, outer=True)
+                if run.deliver is not None:
+                    await self._deliver(run)
+                raise
+            self._finish(run, slot)
             if run.deliver is not None:
                 await self._deliver(run)
-            raise
-        self._finish(run, slot)
-        if run.deliver is not None:
-            await self._deliver(run)
+        finally:
+            if token is not None:
+                state._pop_actor(token)
 
     def _finish(self, run: Run, slot: _Slot, *, outer: bool = False) -> None:
         """Bookkeeping and the terminal write of an ended run (synchronous, so nothing
@@ -336,11 +346,22 @@ class Session:
             return
         self._start(run, slot)
 
+    def _cancel_queued(self, run: Run) -> None:
+        """``run.cancel()`` on a queued run: it leaves the queue and ends without starting."""
+        slot = self._slots.get(run.name)
+        if slot is None or slot.waiting is None or run not in slot.waiting:
+            return
+        slot.waiting.remove(run)
+        self._end_queued(run)
+        if not slot.active and not slot.waiting:
+            del self._slots[run.name]
+
     def _end_queued(self, run: Run) -> None:
         """End a run that never started (cancelled or superseded while queued)."""
         if run.cancel_reason is None:
             run.cancel_reason = "cancelled"
         run.status = "cancelled"
+        run._on_cancel = None
         self._count -= 1
         run.notify()
         if run.deliver is not None and self._tg is not None:

@@ -73,6 +73,10 @@ class Watcher:
 
     async def run(self, change: Change) -> None:
         """Run the action on one change, reporting (not raising) its failure."""
+        state = self.session.state
+        # The task may have copied a fenced resolver's context (the write that triggered it);
+        # the action writes as itself.
+        token = state._push_actor(None) if state._actorvar.get() is not None else None
         try:
             outcome = self.action(change)
             if inspect.isawaitable(outcome):
@@ -80,6 +84,8 @@ class Watcher:
         except Exception as exc:
             self.session._report(self.action, exc)
         finally:
+            if token is not None:
+                state._pop_actor(token)
             self.session._actions -= 1
             self.session._check_idle()
 
