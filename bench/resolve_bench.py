@@ -22,6 +22,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version
 
 import anyio
 
@@ -123,12 +124,8 @@ async def memory_per_dispatch(n: int) -> float:
     return (after - before) / n
 
 
-def median_of(repeat: int, fn: Callable[[], Awaitable[object]], backend: str) -> list[object]:
-    return [anyio.run(fn, backend=backend) for _ in range(repeat)]
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     parser.add_argument("--repeat", type=int, default=5)
@@ -138,32 +135,38 @@ def main(argv: list[str] | None = None) -> int:
     sleepers = 1000 if args.quick else 10_000
     backend = args.backend
 
-    def runs(fn: Callable[[], Awaitable[object]]) -> list[object]:
-        return median_of(repeat, fn, backend)
+    def pair(fn: Callable[[], Awaitable[tuple[float, float]]]) -> tuple[float, float]:
+        got = [anyio.run(fn, backend=backend) for _ in range(repeat)]
+        return statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)
 
-    ours = runs(lambda: dispatch_and_complete(n))
-    bare = runs(lambda: bare_tasks(n))
-    d = statistics.median(float(x[0]) for x in ours)  # type: ignore[index]
-    c = statistics.median(float(x[1]) for x in ours)  # type: ignore[index]
-    bd = statistics.median(float(x[0]) for x in bare)  # type: ignore[index]
-    bc = statistics.median(float(x[1]) for x in bare)  # type: ignore[index]
-    wall = statistics.median(float(x) for x in runs(lambda: concurrent_sleepers(sleepers, 0.01)))  # type: ignore[arg-type]
-    bwall = statistics.median(float(x) for x in runs(lambda: bare_sleepers(sleepers, 0.01)))  # type: ignore[arg-type]
-    mem = statistics.median(float(x) for x in runs(lambda: memory_per_dispatch(min(n, 2000))))  # type: ignore[arg-type]
+    def one(fn: Callable[[], Awaitable[float]]) -> float:
+        return statistics.median(anyio.run(fn, backend=backend) for _ in range(repeat))
 
-    print(f"resolve bench ({backend}, anyio {anyio.__version__ if hasattr(anyio, '__version__') else ''}"
-          f", Python {sys.version.split()[0]}, median of {repeat})")
+    d, c = pair(lambda: dispatch_and_complete(n))
+    bd, bc = pair(lambda: bare_tasks(n))
+    wall = one(lambda: concurrent_sleepers(sleepers, 0.01))
+    bwall = one(lambda: bare_sleepers(sleepers, 0.01))
+    mem = one(lambda: memory_per_dispatch(min(n, 2000)))
+
+    print(
+        f"resolve bench ({backend}, anyio {version('anyio')}, Python {sys.version.split()[0]}, "
+        f"median of {repeat})"
+    )
     rows = [
+        ("measure", "slateflow", "target", "bare anyio tasks"),
         ("dispatch a no-op resolver", f"{d * 1e6:.1f} us", "<= 25 us", f"{bd * 1e6:.1f} us"),
         ("completion of a no-op resolver", f"{c * 1e6:.1f} us", "<= 25 us", f"{bc * 1e6:.1f} us"),
-        (f"{sleepers:,} concurrent x 10 ms, all landed", f"{wall:.3f} s", "<= 0.4 s", f"{bwall:.3f} s"),
+        (
+            f"{sleepers:,} concurrent x 10 ms, all landed",
+            f"{wall:.3f} s",
+            "<= 0.4 s",
+            f"{bwall:.3f} s",
+        ),
         ("memory per in-flight dispatch", f"{mem / 1024:.2f} KB", "<= 4 KB", ""),
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    header = ("measure", "slateflow", "target", "bare anyio tasks")
-    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
-    for row in (header, *rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 

@@ -734,7 +734,6 @@ class State:
             ops.append((key, REMOVED, stamp))
         return self._commit_batch(ops, origin)
 
-
     def _commit_batch(
         self,
         ops: Sequence[tuple[str, JSON, Stamp]],
@@ -753,7 +752,9 @@ class State:
         entries = self._entries
         policy = self._policy
         with self._lock:
-            for label, versions in (("expected", expected), ("read", reads)):
+            for label, versions in (
+                (("expected", expected), ("read", reads)) if expected or reads else ()
+            ):
                 for key, version in (versions or {}).items():
                     row = entries.get(key)
                     have = 0 if row is None else row[1]
