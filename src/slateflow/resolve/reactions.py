@@ -87,7 +87,8 @@ class Reaction:
     async def _timer(self, scope: anyio.CancelScope) -> None:
         clock = self.session.clock
         with scope:
-            while (wait := self._due - clock.monotonic()) > 0:
+            # (Waits under a nanosecond count as elapsed: float rounding could spin forever.)
+            while (wait := self._due - clock.monotonic()) > 1e-9:
                 await clock.sleep(wait)
         if self._scope is scope:
             self._scope = None

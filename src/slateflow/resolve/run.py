@@ -113,7 +113,7 @@ class Run:
         self.scheduling = scheduling
         # The task running it (dispatch and background modes): cancel() cancels it.
         self._handle: TaskHandle[None] | None = None
-        # Set by a Session while the run is queued: ends it at once when it is cancelled.
+        # Set by a Session: ends a queued run at once, or watches a started one wind down.
         self._on_cancel: Callable[[Run], None] | None = None
         self._event: anyio.Event | None = None
         self._mono = 0.0
@@ -142,7 +142,7 @@ class Run:
             self.cancel_reason = reason
         if self._handle is not None:
             self._handle.cancel()
-        elif self._on_cancel is not None:
+        if self._on_cancel is not None:
             self._on_cancel(self)
         return True
 
@@ -203,11 +203,7 @@ class Run:
         resolver = self.resolver
         try:
             if limiter is not None:
-                async with limiter:
-                    # Measured from when it may run, not from when it was queued.
-                    self.started_at = clock.time()
-                    self._mono = clock.monotonic()
-                    self._produced = await self._attempts()
+                self._produced = await self._attempts(limiter)
             elif resolver.retry is None and resolver.timeout is None:
                 # The common case, inlined: a frame less to allocate and run for every dispatch.
                 self.attempts = 1
@@ -248,19 +244,22 @@ class Run:
         if self.cancel_reason is None:
             self.cancel_reason = "cancelled"
 
-    async def _attempts(self) -> Produced:
+    async def _attempts(self, limiter: anyio.CapacityLimiter | None = None) -> Produced:
         resolver = self.resolver
         retry = resolver.retry
-        state = self.state
         attempt = 0
         while True:
             attempt += 1
-            self.attempts = attempt
-            if resolver.reads:
-                version = state.version
-                self.inputs = {k: version(k) for k in resolver.reads}
             try:
-                return self._accept(await self._attempt(attempt))
+                if limiter is None:
+                    return self._accept(await self._attempt(attempt))
+                # A slot is held while a source runs, not while it waits out a backoff.
+                async with limiter:
+                    if attempt == 1:
+                        # Measured from when it may run, not from when it was queued.
+                        self.started_at = self.clock.time()
+                        self._mono = self.clock.monotonic()
+                    return self._accept(await self._attempt(attempt))
             except Exception as exc:
                 if retry is None or not retry.should_retry(exc, attempt):
                     raise
@@ -288,6 +287,10 @@ class Run:
     async def _attempt(self, attempt: int) -> Any:
         resolver = self.resolver
         state = self.state
+        self.attempts = attempt
+        if resolver.reads:
+            version = state.version
+            self.inputs = {k: version(k) for k in resolver.reads}
         token = state._push_actor(resolver.actor)
         try:
             timeout = resolver.timeout

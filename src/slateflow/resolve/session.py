@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import inspect
+import itertools
 import logging
 import threading
 from collections import deque
@@ -36,6 +38,10 @@ __all__ = ["Session"]
 
 log = logging.getLogger("slateflow.resolve")
 
+# Waits shorter than this count as elapsed: a deadline recomputed from float clock readings can
+# stay a hair in the future forever.
+_EPSILON = 1e-9
+
 
 class _Slot:
     """The runs of one resolver name: those started (``active``) and those queued behind them."""
@@ -43,10 +49,19 @@ class _Slot:
     __slots__ = ("active", "last", "waiting")
 
     def __init__(self) -> None:
+        # Started and not ended, including superseded runs still winding down.
         self.active: list[Run] = []
         # Most names never queue: the (large) deque is made on first use.
         self.waiting: deque[Run] | None = None
         self.last: Run | None = None
+
+    def owners(self) -> bool:
+        """Whether a run that owns the keys (not superseded) is in flight."""
+        return any(not run.superseded for run in self.active)
+
+    def busy(self) -> bool:
+        """Whether the name is running or has runs queued (superseded runs do not count)."""
+        return bool(self.waiting) or self.owners()
 
 
 class Session:
@@ -107,6 +122,10 @@ class Session:
         self._count = 0
         self._idle: anyio.Event | None = None
         self._actions = 0  # watcher actions queued or running
+        # Cancelled runs not yet ended, by when they will be reported as ignoring it.
+        self._stubborn: list[tuple[float, int, Run]] = []
+        self._order = itertools.count()
+        self._reaping = False
         self._reactions: dict[str, Reaction] = {}
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
@@ -145,28 +164,57 @@ class Session:
             self.cancel_all(reason="session closed")
             if self._queue is not None:
                 self._queue.close(drain=exc_type is None and self.on_exit == "wait")
-            if self._count:
-                self._tg.start_soon(self._watchdog)
         finally:
             try:
                 result = await self._tg.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # anyio wraps the block's own exception in a group; the session's tasks never
+                # fail, so hand the caller back exactly what its block raised.
+                if exc is not None and list(group.exceptions) == [exc]:
+                    return False
+                raise
             finally:
                 self._open = False
         return result
 
-    async def _watchdog(self) -> None:
-        """Report runs that do not end after being cancelled (the session waits for them)."""
-        with self.clock.deadline(self.cancel_grace):
-            await self.wait_idle()
-            return
-        stuck = sorted({run.name for slot in self._slots.values() for run in slot.active})
-        if stuck:
-            log.warning(
-                "session is closing but resolver(s) %s ignored cancellation for %gs; the "
-                "session waits for them. Do not catch cancellation in a source.",
-                stuck,
-                self.cancel_grace,
-            )
+    def _watch_cancelled(self, run: Run) -> None:
+        """A started run was cancelled: report it if it is still running ``cancel_grace`` later."""
+        heapq.heappush(
+            self._stubborn, (self.clock.monotonic() + self.cancel_grace, next(self._order), run)
+        )
+        if not self._reaping and self._tg is not None:
+            self._reaping = True
+            self._tg.start_soon(self._reap, name="slateflow:cancel-watchdog")
+
+    async def _reap(self) -> None:
+        """Wait for cancelled runs to end; log each that outlives its grace (it is waited for:
+        no task outlives the session)."""
+        heap = self._stubborn
+        try:
+            while heap:
+                deadline, _, run = heap[0]
+                if run.done:
+                    heapq.heappop(heap)
+                    continue
+                wait = deadline - self.clock.monotonic()
+                if wait > _EPSILON:
+                    with self.clock.deadline(wait) as scope:
+                        await run.wait(raise_error=False)
+                    if not scope.cancel_called:
+                        continue  # it ended in time
+                heapq.heappop(heap)
+                if run.done:
+                    continue
+                run.ignored_cancel = True
+                log.warning(
+                    "resolver %r ignored cancellation (%s) for %gs and is still running; the "
+                    "session waits for it. Do not catch cancellation in a source.",
+                    run.name,
+                    run.cancel_reason,
+                    self.cancel_grace,
+                )
+        finally:
+            self._reaping = False
 
     def _check_usable(self) -> TaskGroup:
         if not self._open or self._closing or self._tg is None:
@@ -244,7 +292,7 @@ class Session:
             )
         name = resolver.name
         slot = self._slots.get(name)
-        busy = slot is not None and bool(slot.active or slot.waiting)
+        busy = slot is not None and slot.busy()
         if busy and policy == "reject":
             raise DispatchRejectedError(
                 f"resolver {name!r} is already running and uses on_conflict='reject'; wait for "
@@ -286,11 +334,11 @@ class Session:
         if run.status == "queued":
             self._count -= 1
             run.status = "running"
-            run._on_cancel = None
+        run._on_cancel = self._watch_cancelled
         slot.active.append(run)
         slot.last = run
         self._count += 1
-        run._handle = self._tg.start_soon(self._drive, run, slot, name=run.name)
+        run._handle = self._tg.create_task(self._drive(run, slot), name=run.name)
 
     async def _drive(self, run: Run, slot: _Slot) -> None:
         state = self.state
@@ -321,11 +369,10 @@ class Session:
             run.finish_cancelled(outer=False, write=False)
         if not run.superseded:
             # In parallel mode the status stays "running" while another run is in flight.
-            others = any(not r.superseded for r in slot.active)
-            run.write_outcome(status=not others)
+            run.write_outcome(status=not slot.owners())
         self._count -= 1
         run.notify()
-        if slot.waiting and not slot.active:
+        if slot.waiting and not slot.owners():
             self._start_queued(slot)
         if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
             del self._slots[run.name]
@@ -420,9 +467,12 @@ class Session:
         return total
 
     def is_running(self, name: str) -> bool:
-        """Whether a run of resolver ``name`` is in flight or queued."""
+        """Whether a run of resolver ``name`` is in flight or queued.
+
+        A superseded run still winding down does not count (it will write nothing).
+        """
         slot = self._slots.get(name)
-        return slot is not None and bool(slot.active or slot.waiting)
+        return slot is not None and slot.busy()
 
     @property
     def active_count(self) -> int:
@@ -430,7 +480,10 @@ class Session:
         return self._count
 
     def runs(self, name: str | None = None) -> list[Run]:
-        """The handles of the runs in flight or queued (of ``name``, or all)."""
+        """The handles of the runs in flight or queued (of ``name``, or all).
+
+        Superseded runs that have not ended yet are included (``run.superseded`` is True).
+        """
         slots = [self._slots.get(name)] if name is not None else list(self._slots.values())
         return [
             run
