@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import anyio.to_thread
+from pydantic import ValidationError
 from typing_extensions import Unpack
 
-from ..errors import ResolverDefinitionError
+from ..errors import InvalidKeyError, ResolverDefinitionError
 from ..state import Actor, Key, State, error_key, result_key, status_key
-from ..state.keys import check_key
+from ..state.keys import META_PREFIX, check_key
 from ..state.provenance import Stamp
 from .clock import SYSTEM_CLOCK, Clock
 from .llm import LLM, LLMRequest, usage_meta
@@ -125,6 +126,8 @@ class Resolver:
         "on_conflict",
         "reactive",
         "reads",
+        "refresh_error",
+        "refresh_result",
         "result_key",
         "retry",
         "source",
@@ -160,6 +163,11 @@ class Resolver:
                 f"resolver name {name!r} cannot prefix state keys ({name!r}:result is not a valid "
                 "key); use letters, digits, '_' or '-', joined by ':'"
             ) from None
+        if result_key(name).startswith(META_PREFIX):
+            raise ResolverDefinitionError(
+                f"resolver name {name!r} would write under 'state_meta:', whose keys are "
+                "read-only views of provenance; choose another name"
+            )
         if type(kind) is not str or not kind:
             raise ResolverDefinitionError(f"resolver {name!r}: kind must be a non-empty str")
         self.name = name
@@ -173,6 +181,8 @@ class Resolver:
         self.result_key = result_key(name)
         self.error_key = error_key(name)
         self.status_key = status_key(name)
+        self.refresh_result = frozenset([self.result_key])
+        self.refresh_error = frozenset([self.error_key])
         # Built once: the provenance of its status writes, and the fence around its source.
         self.stamp = Stamp(kind, name, None, None)
         self.actor = Actor(
@@ -183,9 +193,12 @@ class Resolver:
         else:
             if isinstance(reads, str | Key):
                 reads = [reads]
-            names = tuple(
-                dict.fromkeys(r.name if isinstance(r, Key) else check_key(r) for r in reads)
-            )
+            try:
+                names = tuple(
+                    dict.fromkeys(r.name if isinstance(r, Key) else check_key(r) for r in reads)
+                )
+            except InvalidKeyError as exc:
+                raise ResolverDefinitionError(f"resolver {name!r}: reads: {exc}") from None
         self.reads = names
         """The keys the source depends on (versions recorded at start as ``inputs``)."""
         self.reactive = bool(reactive)
@@ -288,13 +301,19 @@ class Resolver:
             )
         template = prompt if isinstance(prompt, Template) else Template(prompt)
         # Validated once here, so a bad temperature is a definition error, not a run failure.
-        base = LLMRequest(
-            prompt="",
-            system=system,
-            model=model,
-            temperature=temperature,
-            max_tokens=max_tokens,
-        )
+        try:
+            base = LLMRequest(
+                prompt="",
+                system=system,
+                model=model,
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
+        except ValidationError as exc:
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: bad LLM request options: "
+                + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            ) from None
 
         async def source(state: State) -> WithMeta:
             request = base.model_copy(update={"prompt": template.render(state, owner=name)})

@@ -56,16 +56,26 @@ class Retry:
                 raise ResolverDefinitionError(f"Retry({field}={value!r}): must be a number >= 0")
             if not math.isfinite(value):
                 raise ResolverDefinitionError(f"Retry({field}={value!r}): must be finite")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ResolverDefinitionError(f"Retry(jitter={self.jitter!r}): must be in [0, 1]")
+        jitter = self.jitter
+        if (
+            isinstance(jitter, bool)
+            or not isinstance(jitter, int | float)
+            or not 0.0 <= jitter <= 1.0
+        ):
+            raise ResolverDefinitionError(f"Retry(jitter={jitter!r}): must be a number in [0, 1]")
         on = self.retry_on
+
+        def exception_class(t: object) -> bool:
+            return isinstance(t, type) and issubclass(t, BaseException)
+
         if on is not None and not (
-            (isinstance(on, type) and issubclass(on, BaseException))
-            or (isinstance(on, tuple) and all(isinstance(t, type) for t in on))
-            or callable(on)
+            exception_class(on)
+            or (isinstance(on, tuple) and on and all(exception_class(t) for t in on))
+            or (callable(on) and not isinstance(on, type | tuple))
         ):
             raise ResolverDefinitionError(
-                f"Retry(retry_on={on!r}): give an exception class, a tuple of them, or a predicate"
+                f"Retry(retry_on={on!r}): give an exception class, a tuple of them, or a "
+                "predicate taking the exception"
             )
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:

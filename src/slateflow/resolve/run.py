@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.lowlevel
 from anyio import TaskHandle
 
 from ..errors import (
@@ -177,6 +179,15 @@ class Run:
         self.write_running()
         try:
             await self.execute()
+            if anyio.current_effective_deadline() == -math.inf:
+                # The caller was cancelled while the source ran, and the source returned anyway
+                # (it swallowed the cancellation, or never awaited after it): the run is
+                # cancelled, and the checkpoint raises the caller's cancellation.
+                self.cancel_reason = "caller cancelled"
+                self._cancelled()
+                self.write_outcome()
+                self.notify()
+                await anyio.lowlevel.checkpoint()
         except BaseException:
             self.finish_cancelled(outer=True)
             raise
@@ -346,12 +357,16 @@ class Run:
         return meta
 
     def _commit(
-        self, writes: dict[str, Any], removes: tuple[str, ...], meta: dict[str, Any]
+        self,
+        writes: dict[str, Any],
+        removes: tuple[str, ...],
+        meta: dict[str, Any],
+        refresh: frozenset[str] = frozenset(),
     ) -> None:
         # The meta is built here from JSON values only, so the stamp skips re-validating it.
         resolver = self.resolver
         stamp = Stamp(resolver.kind, resolver.name, None, meta)
-        self.state._commit_owned(writes, removes, stamp, self.mode)
+        self.state._commit_owned(writes, removes, stamp, self.mode, refresh=refresh)
 
     def write_running(self) -> None:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
@@ -385,7 +400,8 @@ class Run:
             if status:
                 writes[resolver.status_key] = "done"
             try:
-                self._commit(writes, (resolver.error_key,), meta)
+                # An equal value from a new run is still written: its age and inputs are new.
+                self._commit(writes, (resolver.error_key,), meta, resolver.refresh_result)
                 return
             except SlateError as exc:
                 self.exception = exc
@@ -400,7 +416,7 @@ class Run:
             if status:
                 writes[resolver.status_key] = "error"
             try:
-                self._commit(writes, (resolver.result_key,), meta)
+                self._commit(writes, (resolver.result_key,), meta, resolver.refresh_error)
                 return
             except SlateError as exc:
                 log.error("resolver %r: its error could not be written: %s", self.name, exc)

@@ -719,20 +719,27 @@ class State:
     # -- the commit path ---------------------------------------------------------------------
 
     def _commit_owned(
-        self, writes: Mapping[str, Any], removes: Iterable[str], stamp: Stamp, origin: str
+        self,
+        writes: Mapping[str, Any],
+        removes: Iterable[str],
+        stamp: Stamp,
+        origin: str,
+        *,
+        refresh: frozenset[str] = frozenset(),
     ) -> int:
         """Commit a runtime batch (a resolver's own keys) with a prebuilt stamp.
 
         Validated like any write (keys, values, schemas, policies) but not fenced by an actor nor
         routed into a transaction: the runtime writes its keys as itself, whoever's code is
-        running. Returns the commit's seq.
+        running. Keys in ``refresh`` are written even when their value is unchanged (a new run
+        produced it: its provenance and age must be the new run's). Returns the commit's seq.
         """
         prepare = self._prepare
         ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
         for key in removes:
             self._check_remove(key, stamp)
             ops.append((key, REMOVED, stamp))
-        return self._commit_batch(ops, origin)
+        return self._commit_batch(ops, origin, refresh=refresh)
 
     def _commit_batch(
         self,
@@ -742,6 +749,7 @@ class State:
         expected: Mapping[str, int] | None = None,
         reads: Mapping[str, int] | None = None,
         deliver: bool = True,
+        refresh: frozenset[str] = frozenset(),
     ) -> int:
         """Apply validated ``ops`` as one batch: one seq, one journal batch, one signal.
 
@@ -789,11 +797,14 @@ class State:
                     old, version = None, 1
                 else:
                     old = row[0]
-                    if old is value or (
-                        old == value
-                        and type(old) is type(value)
-                        and (type(old) not in _STRICT or same(old, value))
-                    ):
+                    if (
+                        old is value
+                        or (
+                            old == value
+                            and type(old) is type(value)
+                            and (type(old) not in _STRICT or same(old, value))
+                        )
+                    ) and key not in refresh:
                         continue
                     version = row[1] + 1
                 if version:
