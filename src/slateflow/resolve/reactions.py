@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..state import Change
+from ..state.values import same
 from .background import Deliver, Scheduling
 from .resolver import Resolver
 from .run import Mode, Run
@@ -73,7 +74,11 @@ class Reaction:
         self.scheduling = scheduling
 
     def _changed(self, changes: tuple[Change, ...]) -> None:
-        # Called in the writer's thread; the timer lives on the session's loop.
+        # Called in the writer's thread; the timer lives on the session's loop. A refreshed
+        # result (a re-run producing the same value) changes no input: reacting to it would let
+        # two reactive resolvers reading each other's results ping-pong forever.
+        if all(not c.removed and same(c.old, c.new) for c in changes):
+            return
         self.session._soon(self._poke)
 
     def _poke(self) -> None:
