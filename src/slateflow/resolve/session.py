@@ -31,7 +31,7 @@ from .background import (
 from .clock import SYSTEM_CLOCK, Clock
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
-from .run import Mode, Run
+from .run import Mode, Run, error_message
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Session"]
@@ -372,7 +372,7 @@ class Session:
             run.write_outcome(status=not slot.owners())
         self._count -= 1
         run.notify()
-        if slot.waiting and not slot.owners():
+        while slot.waiting and not slot.owners():
             self._start_queued(slot)
         if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
             del self._slots[run.name]
@@ -384,12 +384,17 @@ class Session:
         try:
             run.write_running()
         except Exception as exc:
+            # The state refuses it now (a policy added meanwhile): it ends without starting.
             run.exception = exc
-            run.error = str(exc)
+            run.error = error_message(exc)
             run.status = "error"
+            run._on_cancel = None
             self._count -= 1
             run.notify()
             self._report(run.resolver, exc)
+            if run.deliver is not None and self._tg is not None:
+                self._tg.start_soon(self._deliver, run)
+            self._check_idle()
             return
         self._start(run, slot)
 
