@@ -161,7 +161,7 @@ class Run:
             await self._event.wait()
         if raise_error:
             if self.status == "error":
-                raise self._resolver_error()
+                raise self._resolver_error() from self.exception
             if self.status == "cancelled":
                 raise ResolverCancelledError(
                     f"run of resolver {self.name!r} was {self.cancel_reason or 'cancelled'}; "

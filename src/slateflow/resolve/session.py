@@ -221,12 +221,15 @@ class Session:
             raise SessionError(
                 "the Session is not open; use it inside 'async with Session(state) as session:'"
             )
-        if threading.get_ident() != self._thread:
+        self._check_thread()
+        return self._tg
+
+    def _check_thread(self) -> None:
+        if self._thread and threading.get_ident() != self._thread:
             raise SessionError(
                 "Session methods must be called from the thread running its event loop; from "
                 "another thread use anyio.from_thread.run_sync(session.dispatch, resolver)"
             )
-        return self._tg
 
     # -- dispatch and background -----------------------------------------------------------
 
@@ -447,6 +450,7 @@ class Session:
 
     def cancel(self, name: str) -> int:
         """Cancel every run of resolver ``name`` (and stop it reacting); returns how many."""
+        self._check_thread()
         reaction = self._reactions.pop(name, None)
         if reaction is not None:
             reaction.stop()
@@ -463,6 +467,7 @@ class Session:
 
     def cancel_all(self, *, reason: str = "cancelled") -> int:
         """Cancel every run of the session; returns how many were cancelled."""
+        self._check_thread()
         total = 0
         for name, slot in list(self._slots.items()):
             for run in [*slot.active, *(slot.waiting or ())]:
