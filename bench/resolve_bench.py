@@ -85,6 +85,25 @@ async def concurrent_sleepers(n: int, delay: float) -> float:
     return elapsed
 
 
+async def bare_memory(n: int) -> float:
+    """Traced bytes per bare anyio task parked on an event (the baseline)."""
+    release = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await anyio.lowlevel.checkpoint()
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(n):
+            tg.start_soon(release.wait)
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        release.set()
+    return (after - before) / n
+
+
 async def bare_sleepers(n: int, delay: float) -> float:
     """Wall seconds for ``n`` bare anyio tasks that each sleep ``delay`` (the baseline)."""
     gc.collect()
@@ -147,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = one(lambda: concurrent_sleepers(sleepers, 0.01))
     bwall = one(lambda: bare_sleepers(sleepers, 0.01))
     mem = one(lambda: memory_per_dispatch(min(n, 2000)))
+    bmem = one(lambda: bare_memory(min(n, 2000)))
 
     print(
         f"resolve bench ({backend}, anyio {version('anyio')}, Python {sys.version.split()[0]}, "
@@ -162,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
             "<= 0.4 s",
             f"{bwall:.3f} s",
         ),
-        ("memory per in-flight dispatch", f"{mem / 1024:.2f} KB", "<= 4 KB", ""),
+        (
+            "memory per in-flight dispatch",
+            f"{mem / 1024:.2f} KB",
+            "<= 4 KB",
+            f"{bmem / 1024:.2f} KB",
+        ),
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:

@@ -126,6 +126,10 @@ class Session:
         self._stubborn: list[tuple[float, int, Run]] = []
         self._order = itertools.count()
         self._reaping = False
+        # Bound once: every run holds one of these, and a bound method per run is an object more
+        # for the garbage collector to track.
+        self._on_cancel_started: Callable[[Run], None] = self._watch_cancelled
+        self._on_cancel_queued: Callable[[Run], None] = self._cancel_queued
         self._reactions: dict[str, Reaction] = {}
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
@@ -308,7 +312,7 @@ class Session:
             if slot.waiting is None:
                 slot.waiting = deque()
             slot.waiting.append(run)
-            run._on_cancel = self._cancel_queued
+            run._on_cancel = self._on_cancel_queued
             self._count += 1
         else:
             run.write_running()  # raises before anything else changes if governance refuses
@@ -337,7 +341,7 @@ class Session:
         if run.status == "queued":
             self._count -= 1
             run.status = "running"
-        run._on_cancel = self._watch_cancelled
+        run._on_cancel = self._on_cancel_started
         slot.active.append(run)
         slot.last = run
         self._count += 1
