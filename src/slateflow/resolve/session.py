@@ -46,22 +46,19 @@ _EPSILON = 1e-9
 class _Slot:
     """The runs of one resolver name: those started (``active``) and those queued behind them."""
 
-    __slots__ = ("active", "last", "waiting")
+    __slots__ = ("active", "last", "owners", "waiting")
 
     def __init__(self) -> None:
         # Started and not ended, including superseded runs still winding down.
-        self.active: list[Run] = []
+        self.active: dict[Run, None] = {}  # an ordered set: O(1) removal for parallel fan-outs
+        self.owners = 0  # active runs that own the keys (not superseded)
         # Most names never queue: the (large) deque is made on first use.
         self.waiting: deque[Run] | None = None
         self.last: Run | None = None
 
-    def owners(self) -> bool:
-        """Whether a run that owns the keys (not superseded) is in flight."""
-        return any(not run.superseded for run in self.active)
-
     def busy(self) -> bool:
         """Whether the name is running or has runs queued (superseded runs do not count)."""
-        return bool(self.waiting) or self.owners()
+        return bool(self.waiting) or self.owners > 0
 
 
 class Session:
@@ -329,6 +326,7 @@ class Session:
         for old in slot.active:
             if not old.superseded:
                 old.superseded = True
+                slot.owners -= 1
                 old.cancel("superseded")
         while slot.waiting:
             old = slot.waiting.popleft()
@@ -342,7 +340,8 @@ class Session:
             self._count -= 1
             run.status = "running"
         run._on_cancel = self._on_cancel_started
-        slot.active.append(run)
+        slot.active[run] = None
+        slot.owners += 1
         slot.last = run
         self._count += 1
         run._handle = self._tg.create_task(self._drive(run, slot), name=run.name)
@@ -371,15 +370,17 @@ class Session:
     def _finish(self, run: Run, slot: _Slot, *, outer: bool = False) -> None:
         """Bookkeeping and the terminal write of an ended run (synchronous, so nothing
         interleaves between deciding who owns the keys and writing them)."""
-        slot.active.remove(run)
+        del slot.active[run]
+        if not run.superseded:
+            slot.owners -= 1
         if outer:
             run.finish_cancelled(outer=False, write=False)
         if not run.superseded:
             # In parallel mode the status stays "running" while another run is in flight.
-            run.write_outcome(status=not slot.owners())
+            run.write_outcome(status=not slot.owners)
         self._count -= 1
         run.notify()
-        while slot.waiting and not slot.owners():
+        while slot.waiting and not slot.owners:
             self._start_queued(slot)
         if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
             del self._slots[run.name]
