@@ -30,10 +30,11 @@ class Actor:
         """Check a write to ``key``; returns the provenance source and writer to record."""
         if any(p.matches(key) for p in self.deny) or not any(p.matches(key) for p in self.allow):
             allowed = ", ".join(repr(p.text) for p in self.allow)
+            denied = ", ".join(repr(p.text) for p in self.deny)
+            except_ = f" except {denied}, which belong to the runtime" if denied else ""
             raise PolicyViolation(
                 f"{self.writer!r} may not write {key!r} while it runs: it may write only "
-                f"{allowed}, and {', '.join(repr(p.text) for p in self.deny) or 'nothing else'} "
-                "belongs to the runtime; return the value instead, or write the key elsewhere"
+                f"{allowed}{except_}; return the value instead, or write the key elsewhere"
             )
         if source == "user" and writer is None:
             return self.source, self.writer
