@@ -5,11 +5,10 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 import anyio.to_thread
 from pydantic import ValidationError
-from typing_extensions import Unpack
 
 from ..errors import InvalidKeyError, ResolverDefinitionError
 from ..state import Actor, Key, State, error_key, result_key, status_key
