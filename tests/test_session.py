@@ -1764,3 +1764,26 @@ async def test_pytest_asyncio_background_and_reaction() -> None:
         ("completed", 0, Scheduling.INTERRUPT),
         ("completed", 9, Scheduling.INTERRUPT),
     ]
+
+
+@pytest.mark.anyio
+async def test_cancelling_an_on_exit_wait_still_cancels_every_run() -> None:
+    """A session waiting for its runs at exit (on_exit="wait") that is itself cancelled
+    cancels them: each writes "cancelled" and no source outlives the block."""
+    state = State()
+    finished: list[str] = []
+
+    async def forever(s: State) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            finished.append("source ended")
+
+    with anyio.CancelScope() as outer:
+        async with Session(state, on_exit="wait") as session:
+            run = session.dispatch(Resolver.fetch("forever", forever))
+            await anyio.lowlevel.checkpoint()
+            outer.cancel()  # the exit's wait is what gets cancelled
+    assert finished == ["source ended"]
+    assert run.status == "cancelled"
+    assert state.get("forever:status") == "cancelled"

@@ -160,11 +160,14 @@ class Session:
             self._reactions.clear()
             for watcher in list(self._watchers):
                 watcher.close()
-            if exc_type is None and self.on_exit == "wait":
-                await self.wait_idle()
-            self.cancel_all(reason="session closed")
-            if self._queue is not None:
-                self._queue.close(drain=exc_type is None and self.on_exit == "wait")
+            try:
+                if exc_type is None and self.on_exit == "wait":
+                    await self.wait_idle()
+            finally:
+                # Also when the wait itself is cancelled: nothing may outlive the block.
+                self.cancel_all(reason="session closed")
+                if self._queue is not None:
+                    self._queue.close(drain=exc_type is None and self.on_exit == "wait")
         finally:
             try:
                 result = await self._tg.__aexit__(exc_type, exc, tb)
