@@ -93,23 +93,30 @@ async def concurrent_sleepers(n: int, delay: float) -> float:
     return elapsed
 
 
+async def traced_bytes_per(n: int, start: Callable[[int], object]) -> float:
+    """Traced bytes per task after ``start(i)`` for ``i`` in ``range(n)``, once every task has
+    run up to the await it parks on (so each holds its whole stack)."""
+    await anyio.lowlevel.checkpoint()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        start(i)
+    for _ in range(5):
+        await anyio.lowlevel.checkpoint()
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return (after - before) / n
+
+
 async def bare_memory(n: int) -> float:
     """Traced bytes per bare anyio task parked on an event (the baseline)."""
     release = anyio.Event()
     async with anyio.create_task_group() as tg:
-        await anyio.lowlevel.checkpoint()
-        gc.collect()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(n):
-            tg.start_soon(release.wait)
-        for _ in range(3):
-            await anyio.lowlevel.checkpoint()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
+        per = await traced_bytes_per(n, lambda i: tg.start_soon(release.wait))
         release.set()
-    return (after - before) / n
+    return per
 
 
 async def bare_sleepers(n: int, delay: float) -> float:
@@ -131,24 +138,10 @@ async def memory_per_dispatch(n: int) -> float:
         return 1
 
     resolvers = [Resolver.fetch(f"park{i}", parked) for i in range(n)]
-    state = State()
-    async with Session(state) as session:
-        await anyio.lowlevel.checkpoint()
-        gc.collect()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for resolver in resolvers:
-            session.dispatch(resolver)
-        # Let every run reach its await, so each holds its whole stack.
-        while any(state.get(f"park{i}:status") != "running" for i in (0, n - 1)):
-            await anyio.lowlevel.checkpoint()
-        for _ in range(3):
-            await anyio.lowlevel.checkpoint()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
+    async with Session(State()) as session:
+        per = await traced_bytes_per(n, lambda i: session.dispatch(resolvers[i]))
         release.set()
-    return (after - before) / n
+    return per
 
 
 def main(argv: list[str] | None = None) -> int:
