@@ -189,7 +189,7 @@ class Run:
                 self.notify()
                 await anyio.lowlevel.checkpoint()
         except BaseException:
-            self.finish_cancelled(outer=True)
+            self.finish_cancelled("caller cancelled")
             raise
         self.write_outcome()
         if self.status == "error":
@@ -431,14 +431,14 @@ class Run:
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
 
-    def finish_cancelled(self, *, outer: bool, write: bool = True) -> None:
+    def finish_cancelled(self, reason: str, *, write: bool = True) -> None:
         """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""
         if self.status in TERMINAL:
             return
         if self.duration is None:
             self.duration = self.clock.monotonic() - self._mono if self._mono else 0.0
         if self.cancel_reason is None:
-            self.cancel_reason = "caller cancelled" if outer else "cancelled"
+            self.cancel_reason = reason
         self._cancelled()
         if write:
             self.write_outcome()

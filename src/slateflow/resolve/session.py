@@ -377,7 +377,7 @@ class Session:
         if not run.superseded:
             slot.owners -= 1
         if outer:
-            run.finish_cancelled(outer=False, write=False)
+            run.finish_cancelled("session closed", write=False)
         if not run.superseded:
             # In parallel mode the status stays "running" while another run is in flight.
             run.write_outcome(status=not slot.owners)
