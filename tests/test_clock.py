@@ -1,0 +1,170 @@
+"""Clocks: ManualClock moves only when advanced, fires timers in order and lets tasks settle."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import anyio
+import pytest
+
+from slateflow import Clock, ManualClock, State, SystemClock
+
+
+def test_manual_clock_starts_where_told_and_is_a_state_clock() -> None:
+    clock = ManualClock(start=1_000.0)
+    assert clock.time() == clock() == 1_000.0
+    assert clock.monotonic() == 0.0
+    assert isinstance(clock, Clock)
+    assert isinstance(SystemClock(), Clock)
+    state = State(clock=clock)
+    state.set("k", 1)
+    assert state.provenance("k").at.timestamp() == 1_000.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("start", [math.nan, math.inf])
+def test_manual_clock_refuses_a_non_finite_start(start: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        ManualClock(start=start)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("seconds", [-1.0, math.inf, math.nan])
+async def test_advance_refuses_bad_amounts(seconds: float) -> None:
+    with pytest.raises(ValueError, match="advance"):
+        await ManualClock().advance(seconds)
+
+
+@pytest.mark.anyio
+async def test_sleepers_wake_in_due_order_at_their_due_time() -> None:
+    clock = ManualClock()
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append((name, clock.monotonic()))
+
+    async with anyio.create_task_group() as tg:
+        for name, seconds in [("c", 3.0), ("a", 1.0), ("b", 2.0)]:
+            tg.start_soon(sleeper, name, seconds)
+        await clock.advance(0)
+        assert clock.pending == 3
+        assert clock.next_due() == 1.0
+        await clock.advance(1.5)
+        assert woke == [("a", 1.0)]
+        assert clock.monotonic() == 1.5
+        await clock.advance(10)
+    assert woke == [("a", 1.0), ("b", 2.0), ("c", 3.0)]
+    assert clock.pending == 0
+    assert clock.next_due() is None
+
+
+@pytest.mark.anyio
+async def test_timers_registered_while_advancing_fire_in_the_same_advance() -> None:
+    clock = ManualClock()
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        for _ in range(5):
+            await clock.sleep(1.0)
+            ticks.append(clock.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await clock.advance(3.0)
+        assert ticks == [1.0, 2.0, 3.0]
+        await clock.advance(2.0)
+    assert ticks == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.anyio
+async def test_deadline_cancels_only_once_its_time_has_passed() -> None:
+    clock = ManualClock()
+    outcome: list[object] = []
+
+    async def guarded() -> None:
+        with clock.deadline(2.0) as scope:
+            await anyio.sleep_forever()
+        outcome.append((scope.cancelled_caught, clock.monotonic()))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guarded)
+        await clock.advance(1.9)
+        assert outcome == []
+        await clock.advance(0.1)
+        assert outcome == [(True, 2.0)]
+    assert clock.pending == 0
+
+
+@pytest.mark.anyio
+async def test_zero_deadline_and_zero_sleep_register_no_timer() -> None:
+    clock = ManualClock()
+    with clock.deadline(0) as scope:
+        await anyio.lowlevel.checkpoint()
+    assert scope.cancelled_caught
+    await clock.sleep(0)
+    assert clock.pending == 0
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_sleeper_leaves_no_live_timer() -> None:
+    clock = ManualClock()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(clock.sleep, 5.0)
+        await clock.advance(0)
+        assert clock.pending == 1
+        tg.cancel_scope.cancel()
+    assert clock.pending == 0
+
+
+@pytest.mark.anyio
+async def test_advance_lets_a_chain_of_woken_tasks_run_before_it_returns() -> None:
+    clock = ManualClock()
+    first, second = anyio.Event(), anyio.Event()
+    order: list[str] = []
+
+    async def a() -> None:
+        await clock.sleep(1.0)
+        order.append("a")
+        first.set()
+
+    async def b() -> None:
+        await first.wait()
+        order.append("b")
+        second.set()
+
+    async def c() -> None:
+        await second.wait()
+        order.append("c")
+
+    async with anyio.create_task_group() as tg:
+        for fn in (a, b, c):
+            tg.start_soon(fn)
+        await clock.advance(1.0)
+        assert order == ["a", "b", "c"]
+
+
+@pytest.mark.asyncio
+async def test_manual_clock_under_pytest_asyncio() -> None:
+    clock = ManualClock()
+    done: list[float] = []
+
+    async def sleeper() -> None:
+        await clock.sleep(0.5)
+        done.append(clock.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper)
+        await clock.advance(0.5)
+    assert done == [0.5]
+
+
+@pytest.mark.anyio
+async def test_system_clock_reads_real_time_and_its_deadlines_cancel() -> None:
+    clock = SystemClock()
+    assert abs(clock() - time.time()) < 60
+    assert clock.monotonic() <= clock.monotonic()
+    with clock.deadline(0) as scope:
+        await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    await clock.sleep(0)
