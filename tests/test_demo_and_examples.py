@@ -25,6 +25,7 @@ DOC_PAGES = [
     "docs/index.md",
     "docs/state.md",
     "docs/resolvers.md",
+    "docs/guards.md",
     "docs/errors.md",
 ]
 

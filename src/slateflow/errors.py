@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "CursorExpiredError",
     "DispatchRejectedError",
+    "GuardFormatError",
     "InvalidKeyError",
     "KeyExistsError",
     "MissingKeyError",
@@ -147,3 +148,11 @@ class DispatchRejectedError(SlateError):
 
 class SessionError(SlateError):
     """A Session was used outside its ``async with`` block, or from another thread."""
+
+
+class GuardFormatError(SlateError, ValueError):
+    """A guard cannot be built, read from JSON or written to JSON.
+
+    The message names the path of the bad node (``guard.of[1].key``) and what was expected; a
+    custom guard (code) refuses to serialise.
+    """

@@ -45,7 +45,7 @@ from ..state.keys import check_key
 if TYPE_CHECKING:
     from ..state import State
 
-__all__ = ["Template", "render"]
+__all__ = ["MISSING", "Reference", "Template", "render"]
 
 _MISSING: Any = object()
 _BRACE = re.compile(r"[{}]")
@@ -216,6 +216,49 @@ def render(text: str, state: State, *, owner: str | None = None) -> str:
 
 
 # -- rendering helpers (the cold paths live here, out of the render loop) --------------------
+
+
+MISSING: Any = _MISSING
+"""What :meth:`Reference.lookup` returns when the key or path is not there."""
+
+
+class Reference:
+    """A key with an optional path into its value, in the template grammar: ``key.path.0``.
+
+    ``Reference("availability:result.open.0")`` reads key ``availability:result``, field ``open``,
+    item 0; ``Reference("[files:report.pdf].size")`` brackets a key containing ``.``. Raises
+    :class:`TemplateError` for bad syntax. Guards use it for ``eq("booking:slot.time", ...)``.
+    """
+
+    __slots__ = ("key", "steps", "text")
+
+    def __init__(self, text: str) -> None:
+        if type(text) is not str:
+            raise TypeError(f"a key reference is a str such as 'booking:slot.time', got {text!r}")
+        pieces = _parse("{" + text + "}")
+        piece = pieces[0] if len(pieces) == 1 else None
+        if not isinstance(piece, _Placeholder) or piece.optional:
+            raise TemplateError(
+                f"{text!r} is not a key reference: write a key, optionally followed by a path "
+                "('booking:slot.time', '[odd.key].field')"
+            )
+        self.text = text
+        self.key = piece.key
+        self.steps = piece.steps
+
+    def lookup(self, state: State) -> Any:
+        """The value at the key and path (a copy), or :data:`MISSING` when it is not there."""
+        value = state.get(self.key, _MISSING)
+        return _walk(value, self.steps) if self.steps else value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reference) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Reference({self.text!r})"
 
 
 def _walk(value: Any, steps: tuple[tuple[str, int | None], ...]) -> Any:
