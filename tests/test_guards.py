@@ -930,3 +930,14 @@ def test_property_keys_read_are_valid_keys(guard: Guard) -> None:
     state = State()
     for key in guard.keys_read():
         assert key not in state  # a valid key: contains() raises for an invalid one
+
+
+def test_a_marking_copies_what_it_is_made_from() -> None:
+    tools = {"book": 1}
+    steps = {"greet"}
+    marking = Marking(done=steps, tools_ok=tools)  # type: ignore[arg-type]
+    tools["book"] = 0
+    steps.add("confirm")
+    assert marking.tools_ok["book"] == 1
+    assert marking.done == frozenset({"greet"})
+    assert guards.called_ok("book").evaluate(State(), marking)

@@ -63,6 +63,11 @@ class Marking:
     done: frozenset[str] = frozenset()
     tools_ok: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __post_init__(self) -> None:
+        # Copies: changing the dict or set it was made from must not change the marking.
+        object.__setattr__(self, "done", frozenset(self.done))
+        object.__setattr__(self, "tools_ok", MappingProxyType(dict(self.tools_ok)))
+
 
 EMPTY_MARKING = Marking()
 
