@@ -3,48 +3,7 @@
 The implementation lives in :mod:`slateflow.flow.guards`; this module is its public address.
 """
 
-from .flow.guards import (
-    EMPTY_MARKING,
-    GUARD_FORMAT,
-    Explanation,
-    Guard,
-    Marking,
-    all_,
-    always,
-    any_,
-    called_ok,
-    captured,
-    custom,
-    done,
-    eq,
-    failed,
-    fresh,
-    is_set,
-    is_true,
-    not_,
-    pending,
-    resolved,
-)
+from .flow import guards as _guards
+from .flow.guards import *  # noqa: F403  (the names are flow.guards.__all__)
 
-__all__ = [
-    "EMPTY_MARKING",
-    "GUARD_FORMAT",
-    "Explanation",
-    "Guard",
-    "Marking",
-    "all_",
-    "always",
-    "any_",
-    "called_ok",
-    "captured",
-    "custom",
-    "done",
-    "eq",
-    "failed",
-    "fresh",
-    "is_set",
-    "is_true",
-    "not_",
-    "pending",
-    "resolved",
-]
+__all__ = _guards.__all__

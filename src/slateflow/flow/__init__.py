@@ -1,47 +1,6 @@
 """The flow layer: guards over the State that conversation steps wait on."""
 
-from .guards import (
-    EMPTY_MARKING,
-    GUARD_FORMAT,
-    Explanation,
-    Guard,
-    Marking,
-    all_,
-    always,
-    any_,
-    called_ok,
-    captured,
-    custom,
-    done,
-    eq,
-    failed,
-    fresh,
-    is_set,
-    is_true,
-    not_,
-    pending,
-    resolved,
-)
+from . import guards
+from .guards import *  # noqa: F403  (the names are guards.__all__)
 
-__all__ = [
-    "EMPTY_MARKING",
-    "GUARD_FORMAT",
-    "Explanation",
-    "Guard",
-    "Marking",
-    "all_",
-    "always",
-    "any_",
-    "called_ok",
-    "captured",
-    "custom",
-    "done",
-    "eq",
-    "failed",
-    "fresh",
-    "is_set",
-    "is_true",
-    "not_",
-    "pending",
-    "resolved",
-]
+__all__ = guards.__all__

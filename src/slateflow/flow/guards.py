@@ -101,6 +101,12 @@ def _show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _found(state: State, key: str, value: Any, label: str) -> str:
+    """``'label' is <value>``, with a secret key's value masked."""
+    secret = value is not MISSING and state.is_secret(key)
+    return f"'{label}' is {'***' if secret else _show(value)}"
+
+
 class Guard(ABC):
     """A predicate over ``(state, marking)``; build one with the functions of this module.
 
@@ -213,11 +219,8 @@ class _KeyAtom(Guard):
         return {"op": self.op, "key": self.key}
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
-        value = state.get(self.key, MISSING)
-        shown = "***" if value is not MISSING and state.is_secret(self.key) else _show(value)
-        return Explanation(
-            self.evaluate(state, marking), f"{self.describe()}: '{self.key}' is {shown}"
-        )
+        seen = _found(state, self.key, state.get(self.key, MISSING), self.key)
+        return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -258,12 +261,8 @@ class _Eq(Guard):
         return f"'{self.ref.text}' must be {_show(self.value)}"
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
-        found = self.ref.lookup(state)
-        secret = found is not MISSING and state.is_secret(self.ref.key)
-        shown = "***" if secret else _show(found)
-        return Explanation(
-            self.evaluate(state, marking), f"{self.describe()}: '{self.ref.text}' is {shown}"
-        )
+        seen = _found(state, self.ref.key, self.ref.lookup(state), self.ref.text)
+        return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
     def _node(self, path: str) -> dict[str, Any]:
         return {"op": self.op, "key": self.ref.text, "value": copy_json(self.value)}
@@ -356,9 +355,8 @@ class _NameAtom(Guard):
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
         key = f"{self.name}:status"
-        status = state.get(key, MISSING)
-        shown = "***" if status is not MISSING and state.is_secret(key) else _show(status)
-        return Explanation(self.evaluate(state, marking), f"{self.describe()}: '{key}' is {shown}")
+        seen = _found(state, key, state.get(key, MISSING), key)
+        return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -369,18 +369,6 @@ class Resolver:
         run = Run(self, "call", state, clock or SYSTEM_CLOCK)
         return await run.call()
 
-    def options(self) -> ResolverOptions:
-        """The options this resolver was built with (to rebuild a variant)."""
-        return ResolverOptions(
-            reads=self.reads,
-            reactive=self.reactive,
-            debounce=self.debounce,
-            timeout=self.timeout,
-            retry=self.retry,
-            ttl=self.ttl,
-            on_conflict=self.on_conflict,
-        )
-
     def __repr__(self) -> str:
         return f"Resolver.{self.kind}({self.name!r})"
 
