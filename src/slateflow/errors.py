@@ -13,6 +13,9 @@ from __future__ import annotations
 __all__ = [
     "CursorExpiredError",
     "DispatchRejectedError",
+    "FlowDefinitionError",
+    "FlowError",
+    "FlowFormatError",
     "GuardFormatError",
     "InvalidKeyError",
     "KeyExistsError",
@@ -156,3 +159,29 @@ class GuardFormatError(SlateError, ValueError):
     The message names the path of the bad node (``guard.of[1].key``) and what was expected; a
     custom guard (code) refuses to serialise.
     """
+
+
+class FlowDefinitionError(SlateError, ValueError):
+    """A flow is malformed: ``flow.build()`` / ``flow.compile()`` found problems.
+
+    ``problems`` lists every problem found (not only the first), each naming the step, tool or
+    constraint involved; the message shows them all, one per line.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems or [message])
+
+
+class FlowFormatError(SlateError, ValueError):
+    """A flow cannot be read from or written to JSON.
+
+    The message names the path of the bad node (``flow.steps[2].done.of[0].key``) and what was
+    expected; a flow holding a custom guard refuses to serialise.
+    """
+
+
+class FlowError(SlateError):
+    """A flow runner was misused: an unknown step name, a runner used after ``close()``, an
+    ``on_enter`` action with no session to run it in. (Waits that time out raise
+    :class:`WaitTimeoutError`.)"""

@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -34,13 +34,27 @@ from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
 from .watchers import Watcher, WatchQueue
 
-__all__ = ["Session"]
+__all__ = ["Runnable", "Session"]
 
 log = logging.getLogger("slateflow.resolve")
 
 # Waits shorter than this count as elapsed: a deadline recomputed from float clock readings can
 # stay a hair in the future forever.
 _EPSILON = 1e-9
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_R_co = TypeVar("_R_co", bound=_Closable, covariant=True)
+
+
+class Runnable(Protocol[_R_co]):
+    """Something ``session.run_flow`` can start (a :class:`~slateflow.Flow`): the flow layer
+    sits above the session, so the session only knows this method."""
+
+    def _run_in(self, session: Session, /, *, enforcement: Any) -> _R_co: ...
 
 
 class _Slot:
@@ -130,6 +144,7 @@ class Session:
         self._reactions: dict[str, Reaction] = {}
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
+        self._runners: list[_Closable] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -160,6 +175,8 @@ class Session:
             self._reactions.clear()
             for watcher in list(self._watchers):
                 watcher.close()
+            for runner in self._runners:
+                runner.close()
             try:
                 if exc_type is None and self.on_exit == "wait":
                     await self.wait_idle()
@@ -559,6 +576,21 @@ class Session:
             self._submit(resolver, reaction.mode, "latest", reaction.deliver, reaction.scheduling)
         except Exception as exc:
             self._report(resolver, exc)
+
+    # -- flows -----------------------------------------------------------------------------
+
+    def run_flow(self, flow: Runnable[_R_co], *, enforcement: Any = "enforce") -> _R_co:
+        """Start running ``flow`` over this session's state and return its ``FlowRunner``.
+
+        The flow is compiled first (``FlowDefinitionError`` lists its problems). Steps advance
+        the moment their guards hold, whoever writes the keys; ``on_enter`` actions run in this
+        session. ``enforcement`` is ``"enforce"`` (refuse tools the flow does not admit) or
+        ``"observe"`` (admit them and record violations). The runner closes with the session.
+        """
+        self._check_usable()
+        runner = flow._run_in(self, enforcement=enforcement)
+        self._runners.append(runner)
+        return runner
 
     # -- watchers --------------------------------------------------------------------------
 

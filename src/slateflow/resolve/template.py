@@ -222,6 +222,23 @@ MISSING: Any = _MISSING
 """What :meth:`Reference.lookup` returns when the key or path is not there."""
 
 
+def spell(value: Any) -> str:
+    """A value as a template shows it: a string as it is, anything else as compact JSON."""
+    # The render loop inlines the same rules for speed.
+    kind = type(value)
+    if kind is str:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    return _encode(value)
+
+
 class Reference:
     """A key with an optional path into its value, in the template grammar: ``key.path.0``.
 

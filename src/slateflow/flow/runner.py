@@ -1,0 +1,966 @@
+"""The FlowRunner: advances a flow the moment its guards hold, whoever wrote the keys they read.
+
+The runner subscribes to the State for exactly the keys its guards read. A change re-evaluates
+only the steps whose guards read a changed key (and, when a step is done, the steps that wait on
+it), latching steps to a fixed point in the writer's thread. What changed is then published:
+the ``flow:{name}:*`` keys, the blinker signals of :mod:`slateflow.flow.signals`, and each
+entered step's ``on_enter`` action, started through the session on its event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import FlowError, SlateError, WaitTimeoutError
+from ..resolve.background import BackgroundResult
+from ..state import Change, State
+from ..state.provenance import Stamp
+from . import signals
+from .constraints import Before, Commit, Never, Once, Require, Reset
+from .definition import Flow
+from .guards import (
+    EMPTY_MARKING,
+    Explanation,
+    Guard,
+    Marking,
+    _All,
+    _Any,
+    _CalledOk,
+    _Custom,
+    _Done,
+    _Not,
+)
+from .steps import OnEnter, Step
+
+if TYPE_CHECKING:
+    from ..resolve.session import Session
+
+__all__ = ["Admission", "Enforcement", "FlowExplanation", "FlowRunner", "Verdict", "Violation"]
+
+log = logging.getLogger("slateflow.flow")
+
+
+class Enforcement(StrEnum):
+    """What the runner does with a tool call the flow does not admit."""
+
+    ENFORCE = "enforce"
+    """Refuse it: ``admit(tool).allowed`` is False, with the reason for the model."""
+    OBSERVE = "observe"
+    """Admit it, and record a :class:`Violation` (for audits and analytics)."""
+
+
+class Verdict(StrEnum):
+    """Where a step stands."""
+
+    PENDING = "pending"
+    """Not reachable yet."""
+    ACTIVE = "active"
+    """Reachable and not done: its posture, ground and tools apply."""
+    DONE = "done"
+    """Its done guard held while it was reachable (or it is a terminal step that was reached)."""
+    SKIPPED = "skipped"
+    """Never done, and the flow moved past it (a step after it is done, or the flow completed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to ``runner.admit(tool)``; true when the call may go ahead.
+
+    ``reason`` is empty for an admitted call; for a refused one it is written for the model
+    (what is missing and what is available now). In observe mode a call the flow would refuse
+    is admitted with ``violation=True`` and the would-be reason.
+    """
+
+    tool: str
+    allowed: bool
+    reason: str = ""
+    violation: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A tool call admitted in observe mode that the flow would have refused."""
+
+    tool: str
+    reason: str
+    active: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowExplanation:
+    """A snapshot of why the flow is where it is; ``str()`` gives a readable report.
+
+    ``waiting`` maps each active step to what its ``done`` guard still needs, and each pending
+    step that is next in line to what keeps it from starting; ``blocked_tools`` maps each
+    refused tool to its reason.
+    """
+
+    flow: str
+    active: tuple[str, ...]
+    done: tuple[str, ...]
+    complete: bool
+    waiting: dict[str, Explanation] = field(default_factory=dict)
+    allowed_tools: tuple[str, ...] = ()
+    blocked_tools: dict[str, str] = field(default_factory=dict)
+    unmet_requirements: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        lines = [
+            f"flow {self.flow!r}: "
+            + ("complete" if self.complete else "not complete")
+            + f"; active: {', '.join(self.active) or 'none'}"
+            + f"; done: {', '.join(self.done) or 'none'}"
+        ]
+        for step, why in self.waiting.items():
+            lines.append(f"step {step!r} waits for:")
+            lines.extend(why.lines(1))
+        if self.unmet_requirements:
+            lines.append("unmet requirements: " + ", ".join(self.unmet_requirements))
+        if self.allowed_tools or self.blocked_tools:
+            lines.append("tools allowed: " + (", ".join(self.allowed_tools) or "none"))
+        for tool, reason in self.blocked_tools.items():
+            lines.append(f"tool {tool!r} refused: {reason}")
+        return "\n".join(lines)
+
+
+def _marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
+    """Collect the steps and tools a guard reads from the marking; True if it reads all of it."""
+    if isinstance(guard, _Done):
+        steps.add(guard.step)
+    elif isinstance(guard, _CalledOk):
+        tools.add(guard.tool)
+    elif isinstance(guard, _All | _Any):
+        whole = False
+        for part in guard.parts:  # every part, not up to the first True: all refs are needed
+            whole = _marking_refs(part, steps, tools) or whole
+        return whole
+    elif isinstance(guard, _Not):
+        return _marking_refs(guard.part, steps, tools)
+    elif isinstance(guard, _Custom):
+        return guard.marking
+    return False
+
+
+class _Rt:
+    """A step compiled for the runner: indices instead of ids, flags instead of lookups."""
+
+    __slots__ = (
+        "before",
+        "done",
+        "done_m",
+        "edges",
+        "gate",
+        "gate_m",
+        "index",
+        "join_all",
+        "step",
+        "terminal",
+    )
+
+    def __init__(self, index: int, step: Step, ids: dict[str, int], before: list[int]) -> None:
+        self.index = index
+        self.step = step
+        self.edges = tuple(
+            (ids[e.step], e.when, e.when is not None and e.when.reads_marking()) for e in step.after
+        )
+        self.join_all = step.join == "all"
+        self.before = tuple(before)
+        self.gate = step.gate
+        self.gate_m = step.gate is not None and step.gate.reads_marking()
+        self.done = step.done
+        self.done_m = step.done is not None and step.done.reads_marking()
+        self.terminal = step.terminal
+
+
+class _ResetRt:
+    __slots__ = ("guard", "last", "marking", "targets")
+
+    def __init__(self, guard: Guard, targets: tuple[int, ...]) -> None:
+        self.guard = guard
+        self.marking = guard.reads_marking()
+        self.targets = targets
+        self.last = False
+
+
+class _Waiter:
+    __slots__ = ("check", "event", "thread", "token")
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self.check = check
+        self.event = anyio.Event()
+        self.token = anyio.lowlevel.current_token()
+        self.thread = threading.get_ident()
+
+    def wake(self) -> None:
+        if threading.get_ident() == self.thread:
+            self.event.set()
+            return
+        with contextlib.suppress(anyio.RunFinishedError, RuntimeError):
+            self.token.backend_class.run_sync_soon(self.event.set, (), self.token.native_token)
+
+
+_running: weakref.WeakKeyDictionary[State, dict[str, FlowRunner]] = weakref.WeakKeyDictionary()
+_running_lock = threading.Lock()
+
+
+class FlowRunner:
+    """Runs one flow over a State: latches steps, publishes progress, answers tool admission.
+
+    Start one with ``session.run_flow(flow)`` (which also fires ``on_enter`` actions and closes
+    it with the session), or ``FlowRunner(flow, state)`` for a flow with no ``on_enter``.
+    Writes from any thread advance it (in that thread); its queries are safe from any thread.
+    One runner per flow name per State at a time.
+
+    Keys it writes (source ``"flow"``, writer the flow's name): ``flow:{name}:active`` and
+    ``flow:{name}:done`` (step ids, in flow order) and ``flow:{name}:complete``.
+    """
+
+    def __init__(
+        self,
+        flow: Flow,
+        state: State,
+        *,
+        session: Session | None = None,
+        enforcement: Enforcement | str = Enforcement.ENFORCE,
+    ) -> None:
+        if not isinstance(flow, Flow):
+            raise TypeError(f"FlowRunner needs a Flow, got {type(flow).__name__}")
+        if not isinstance(state, State):
+            raise TypeError(f"FlowRunner needs a State, got {type(state).__name__}")
+        try:
+            self.enforcement = Enforcement(enforcement)
+        except ValueError:
+            raise FlowError(
+                f"flow {flow.name!r}: enforcement must be 'enforce' or 'observe', "
+                f"got {enforcement!r}"
+            ) from None
+        flow.compile(flow.registry)
+        if session is None:
+            for s in flow.steps:
+                if s.on_enter is not None:
+                    raise FlowError(
+                        f"flow {flow.name!r}: step {s.id!r} has an on_enter action, which needs "
+                        "a session to run in; start the flow with session.run_flow(flow)"
+                    )
+        self.flow = flow
+        self.state = state
+        self.session = session
+        self.name = flow.name
+        self._lock = threading.RLock()
+        self._closed = False
+        self._starting = True
+        self._compile(flow)
+        n = len(flow.steps)
+        self._done = [False] * n
+        self._active = [False] * n
+        self._entered = [False] * n
+        self._tools_ok: dict[str, int] = {}
+        self._marking: Marking | None = EMPTY_MARKING
+        self._complete = False
+        self._heap: list[int] = []
+        self._queued = [False] * n
+        self._dirty_resets: set[int] = set()
+        self._published: tuple[Any, ...] | None = None
+        self._waiters: list[_Waiter] = []
+        self._deliveries: list[BackgroundResult] = []
+        self.violations: list[Violation] = []
+        """Tool calls admitted in observe mode that the flow would have refused."""
+        self.turns = 0
+        """How many times :meth:`on_turn` ran."""
+        self._calls: list[OnEnter] = []
+        self._lane: anyio.Event | None = None
+        self._stamp = Stamp("flow", flow.name, None, None)
+        self._keys = tuple(f"flow:{flow.name}:{k}" for k in ("active", "done", "complete"))
+        with _running_lock:
+            mine = _running.setdefault(state, {})
+            other = mine.get(flow.name)
+            if other is not None and not other._closed:
+                raise FlowError(
+                    f"a flow named {flow.name!r} is already running on this State; close it "
+                    "(runner.close()) or give this flow another name"
+                )
+            mine[flow.name] = self
+        watched = sorted(self._key_steps.keys() | self._key_resets.keys())
+        # No keys at all must not mean every key: subscribe only when a guard reads one.
+        self._sub = state.subscribe(self._changed, keys=watched) if watched else None
+        with self._lock:
+            for i in range(n):
+                self._push(i)
+            self._dirty_resets.update(range(len(self._resets)))
+            events = self._latch()
+            self._starting = False
+        self._publish(events)
+
+    # -- compiling the flow for speed ---------------------------------------------------------
+
+    def _compile(self, flow: Flow) -> None:
+        ids = {s.id: i for i, s in enumerate(flow.steps)}
+        self._ids = ids
+        before: dict[int, list[int]] = {}
+        for c in flow.constraints:
+            if isinstance(c, Before):
+                before.setdefault(ids[c.then], []).append(ids[c.first])
+        self._rt = [_Rt(i, s, ids, before.get(i, [])) for i, s in enumerate(flow.steps)]
+        n = len(flow.steps)
+        key_steps: dict[str, set[int]] = {}
+        on_done: list[set[int]] = [set() for _ in range(n)]
+        on_tool: dict[str, set[int]] = {}
+        any_marking: set[int] = set()
+        for i, rt in enumerate(self._rt):
+            for src, _, _ in rt.edges:
+                on_done[src].add(i)
+            for src in rt.before:
+                on_done[src].add(i)
+            for _, guard in rt.step.guards():
+                for key in guard.keys_read():
+                    key_steps.setdefault(key, set()).add(i)
+                steps: set[str] = set()
+                tools: set[str] = set()
+                if _marking_refs(guard, steps, tools):
+                    any_marking.add(i)
+                for sid in steps:
+                    on_done[ids[sid]].add(i)
+                for tool in tools:
+                    on_tool.setdefault(tool, set()).add(i)
+        self._key_steps = {k: tuple(sorted(v)) for k, v in key_steps.items()}
+        self._on_done = [tuple(sorted(v | any_marking)) for v in on_done]
+        self._on_tool = {k: tuple(sorted(v | any_marking)) for k, v in on_tool.items()}
+        self._any_marking = tuple(sorted(any_marking))
+        # Resets: their guards, and the steps they re-open (with every step after those).
+        after_me: list[list[int]] = [[] for _ in range(n)]
+        for i, rt in enumerate(self._rt):
+            for src, _, _ in rt.edges:
+                after_me[src].append(i)
+        self._succ = [tuple(a) for a in after_me]
+        self._resets: list[_ResetRt] = []
+        key_resets: dict[str, set[int]] = {}
+        reset_on_done: list[set[int]] = [set() for _ in range(n)]
+        reset_on_tool: dict[str, set[int]] = {}
+        reset_any: set[int] = set()
+        for c in flow.constraints:
+            if not isinstance(c, Reset):
+                continue
+            r = len(self._resets)
+            targets: set[int] = set()
+            stack = [ids[s] for s in c.steps]
+            while stack:
+                i = stack.pop()
+                if i not in targets:
+                    targets.add(i)
+                    stack.extend(after_me[i])
+            self._resets.append(_ResetRt(c.when, tuple(sorted(targets))))
+            for key in c.when.keys_read():
+                key_resets.setdefault(key, set()).add(r)
+            steps = set()
+            tools = set()
+            if _marking_refs(c.when, steps, tools):
+                reset_any.add(r)
+            for sid in steps:
+                reset_on_done[ids[sid]].add(r)
+            for tool in tools:
+                reset_on_tool.setdefault(tool, set()).add(r)
+        self._key_resets = {k: tuple(sorted(v)) for k, v in key_resets.items()}
+        self._reset_on_done = [tuple(sorted(v | reset_any)) for v in reset_on_done]
+        self._reset_on_tool = {k: tuple(sorted(v | reset_any)) for k, v in reset_on_tool.items()}
+        self._reset_any = tuple(sorted(reset_any))
+        # Admission.
+        self._once = {c.tool for c in flow.constraints if isinstance(c, Once | Commit)}
+        self._never: list[tuple[str, Guard]] = [
+            (c.tool, c.until) for c in flow.constraints if isinstance(c, Never | Commit)
+        ]
+        self._ambient = frozenset(flow.ambient)
+        required = [ids[s] for c in flow.constraints if isinstance(c, Require) for s in c.steps]
+        self._required = tuple(dict.fromkeys(required))
+        self._terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
+        self._universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
+
+    # -- latching ---------------------------------------------------------------------------
+
+    def _push(self, i: int) -> None:
+        if not self._queued[i]:
+            self._queued[i] = True
+            heapq.heappush(self._heap, i)
+
+    def _mark(self) -> Marking:
+        marking = self._marking
+        if marking is None:
+            done = self.flow.steps
+            marking = Marking(
+                frozenset(done[i].id for i, d in enumerate(self._done) if d), self._tools_ok
+            )
+            self._marking = marking
+        return marking
+
+    def _eligible(self, rt: _Rt) -> bool:
+        done = self._done
+        for src in rt.before:
+            if not done[src]:
+                return False
+        state = self.state
+        if rt.edges:
+            if rt.join_all:
+                for src, when, m in rt.edges:
+                    if not done[src]:
+                        return False
+                    if when is not None and not when.evaluate(
+                        state, self._mark() if m else EMPTY_MARKING
+                    ):
+                        return False
+            else:
+                for src, when, m in rt.edges:
+                    if done[src] and (
+                        when is None or when.evaluate(state, self._mark() if m else EMPTY_MARKING)
+                    ):
+                        break
+                else:
+                    return False
+        gate = rt.gate
+        return gate is None or gate.evaluate(state, self._mark() if rt.gate_m else EMPTY_MARKING)
+
+    def _latch(self) -> list[tuple[str, int]]:
+        """Settle every queued step and reset to a fixed point; return what happened."""
+        events: list[tuple[str, int]] = []
+        heap = self._heap
+        queued = self._queued
+        fired: set[int] = set()  # a reset fires at most once per settling: no ping-pong
+        while True:
+            if self._dirty_resets:
+                dirty = sorted(self._dirty_resets)
+                self._dirty_resets.clear()
+                for r in dirty:
+                    self._check_reset(r, fired, events)
+            if not heap:
+                break
+            i = heapq.heappop(heap)
+            queued[i] = False
+            self._settle(i, events)
+        complete = self._is_complete()
+        if complete != self._complete:
+            self._complete = complete
+            if complete:
+                events.append(("complete", -1))
+        return events
+
+    def _settle(self, i: int, events: list[tuple[str, int]]) -> None:
+        if self._done[i]:
+            return
+        rt = self._rt[i]
+        if self._eligible(rt):
+            done = rt.done
+            if rt.terminal or (
+                done is not None
+                and done.evaluate(self.state, self._mark() if rt.done_m else EMPTY_MARKING)
+            ):
+                self._done[i] = True
+                self._active[i] = False
+                self._marking = None
+                events.append(("done", i))
+                for j in self._on_done[i]:
+                    self._push(j)
+                self._dirty_resets.update(self._reset_on_done[i])
+            elif not self._active[i]:
+                self._active[i] = True
+                if not self._entered[i]:
+                    self._entered[i] = True
+                    events.append(("enter", i))
+                else:
+                    events.append(("active", i))
+        elif self._active[i]:
+            self._active[i] = False
+            events.append(("inactive", i))
+
+    def _check_reset(self, r: int, fired: set[int], events: list[tuple[str, int]]) -> None:
+        reset = self._resets[r]
+        holds = reset.guard.evaluate(self.state, self._mark() if reset.marking else EMPTY_MARKING)
+        rising = holds and not reset.last
+        reset.last = holds
+        if not rising or r in fired or self._starting:
+            return
+        fired.add(r)
+        for i in reset.targets:
+            if self._done[i] or self._active[i] or self._entered[i]:
+                if self._done[i]:
+                    self._marking = None
+                    for j in self._on_done[i]:
+                        self._push(j)
+                    self._dirty_resets.update(self._reset_on_done[i])
+                self._done[i] = self._active[i] = self._entered[i] = False
+                events.append(("reset", i))
+            self._push(i)
+
+    def _is_complete(self) -> bool:
+        done = self._done
+        if self._required:
+            if not all(done[i] for i in self._required):
+                return False
+            return not self._terminals or any(done[i] for i in self._terminals)
+        if self._terminals:
+            return any(done[i] for i in self._terminals)
+        return all(done)
+
+    # -- publishing --------------------------------------------------------------------------
+
+    def _publish(self, events: list[tuple[str, int]]) -> None:
+        """Write the flow keys, send the signals and start on_enter actions (outside the lock)."""
+        if events:
+            with self._lock:
+                steps = self.flow.steps
+                view = (
+                    [steps[i].id for i, a in enumerate(self._active) if a],
+                    [steps[i].id for i, d in enumerate(self._done) if d],
+                    self._complete,
+                )
+            if view != self._published:
+                self._published = view
+                writes = dict(zip(self._keys, view, strict=True))
+                try:
+                    self.state._commit_owned(writes, (), self._stamp, "flow")
+                except SlateError as exc:
+                    log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
+        elif self._published is None:
+            return
+        for kind, i in events:
+            step = self.flow.steps[i].id if i >= 0 else None
+            if kind == "enter":
+                self._send(signals.step_entered, step=step)
+                if self.flow.steps[i].on_enter is not None:
+                    self._fire(i)
+            elif kind == "done":
+                self._send(signals.step_done, step=step)
+            elif kind == "reset":
+                self._send(signals.step_reset, step=step)
+            elif kind == "complete":
+                self._send(signals.flow_completed)
+        if events and self._waiters:
+            self._wake_waiters()
+
+    def _send(self, signal: Any, **kwargs: Any) -> None:
+        if not signal.receivers:
+            return
+        for receiver in signal.receivers_for(self):
+            try:
+                receiver(self, flow=self.name, **kwargs)
+            except Exception:
+                log.exception(
+                    "flow %r: a %s receiver failed; the flow goes on", self.name, signal.name
+                )
+
+    def _fire(self, i: int) -> None:
+        session = self.session
+        if session is None:
+            return
+        session._soon(self._start_action, i)
+
+    def _start_action(self, i: int) -> None:
+        step = self.flow.steps[i]
+        action = step.on_enter
+        session = self.session
+        if action is None or session is None or self._closed:
+            return
+        try:
+            if action.mode == "dispatch":
+                session.dispatch(action.resolver)
+            elif action.mode == "background":
+                session.background(
+                    action.resolver, action.deliver or self._deliveries.append, action.scheduling
+                )
+            else:
+                self._calls.append(action)
+                if self._lane is None:
+                    self._lane = anyio.Event()
+                    session._spawn(self._run_calls)
+        except Exception:
+            log.exception(
+                "flow %r: step %r could not start resolver %r",
+                self.name,
+                step.id,
+                action.resolver.name,
+            )
+
+    async def _run_calls(self) -> None:
+        session = self.session
+        assert session is not None
+        try:
+            while self._calls and not self._closed:
+                action = self._calls.pop(0)
+                with contextlib.suppress(SlateError):
+                    # Its error is in '<name>:error' for the flow to see; nothing to raise to.
+                    await session.call(action.resolver)
+        finally:
+            lane, self._lane = self._lane, None
+            if lane is not None:
+                lane.set()
+
+    def _wake_waiters(self) -> None:
+        with self._lock:
+            ready = [w for w in self._waiters if w.check()]
+            if not ready:
+                return
+            self._waiters = [w for w in self._waiters if w not in ready]
+        for w in ready:
+            w.wake()
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def _changed(self, changes: tuple[Change, ...]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            key_steps = self._key_steps
+            key_resets = self._key_resets
+            for change in changes:
+                key = change.key
+                for i in key_steps.get(key, ()):
+                    self._push(i)
+                if key_resets:
+                    self._dirty_resets.update(key_resets.get(key, ()))
+            events = self._latch()
+        if events:
+            self._publish(events)
+
+    def _advance_all(self) -> None:
+        with self._lock:
+            self._check_open()
+            for i in range(len(self._rt)):
+                self._push(i)
+            self._dirty_resets.update(range(len(self._resets)))
+            events = self._latch()
+        self._publish(events)
+
+    def advance(self) -> None:
+        """Re-evaluate every guard now (for guards over time, such as ``fresh``, or custom
+        guards reading something other than the State)."""
+        self._advance_all()
+
+    async def on_turn(self) -> None:
+        """A conversation turn ended: re-evaluate every guard, then wait for ``on_enter``
+        actions in call mode (started by this turn or before) to finish, re-advancing on their
+        results."""
+        self.turns += 1
+        self._advance_all()
+        while self._lane is not None:
+            await self._lane.wait()
+
+    def on_tool_ok(self, tool: str) -> None:
+        """Tool ``tool`` completed successfully: count it (``called_ok``, ``once``) and advance."""
+        if type(tool) is not str or not tool:
+            raise FlowError(f"flow {self.name!r}: on_tool_ok takes a tool name, got {tool!r}")
+        with self._lock:
+            self._check_open()
+            self._tools_ok[tool] = self._tools_ok.get(tool, 0) + 1
+            self._marking = None
+            for i in self._on_tool.get(tool, self._any_marking):
+                self._push(i)
+            self._dirty_resets.update(self._reset_on_tool.get(tool, self._reset_any))
+            events = self._latch()
+        self._publish(events)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FlowError(f"flow {self.name!r}: the runner is closed; start the flow again")
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def _index(self, step: str) -> int:
+        i = self._ids.get(step) if isinstance(step, str) else None
+        if i is None:
+            raise FlowError(
+                f"flow {self.name!r} has no step {step!r}; its steps: "
+                + ", ".join(s.id for s in self.flow.steps)
+            )
+        return i
+
+    @property
+    def active_steps(self) -> list[str]:
+        """The ids of the active steps (reachable and not done), in flow order."""
+        with self._lock:
+            return [s.id for s, a in zip(self.flow.steps, self._active, strict=True) if a]
+
+    @property
+    def done_steps(self) -> list[str]:
+        """The ids of the done steps, in flow order."""
+        with self._lock:
+            return [s.id for s, d in zip(self.flow.steps, self._done, strict=True) if d]
+
+    @property
+    def marking(self) -> Marking:
+        """The done steps and the successful tool calls so far."""
+        with self._lock:
+            return self._mark()
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether the flow is complete: every ``require``-d step done and, if the flow has
+        terminal steps, one of them reached (with neither, every step done)."""
+        with self._lock:
+            return self._complete
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (the runner no longer advances)."""
+        return self._closed
+
+    def _active_rts(self) -> list[_Rt]:
+        return [rt for rt, a in zip(self._rt, self._active, strict=True) if a]
+
+    def postures(self) -> list[str]:
+        """The active steps' postures (instructions for the model), in flow order."""
+        with self._lock:
+            return [rt.step.posture for rt in self._active_rts() if rt.step.posture]
+
+    def grounds(self) -> list[str]:
+        """The active steps' grounds rendered from the State now; blank lines are dropped."""
+        with self._lock:
+            grounds = [rt.step.ground for rt in self._active_rts() if rt.step.ground is not None]
+        lines = [g.render(self.state) for g in grounds]
+        return [line for line in lines if line.strip()]
+
+    def unmet_requirements(self) -> list[str]:
+        """The ``require``-d steps not done yet, in the order the constraints name them."""
+        with self._lock:
+            return [self.flow.steps[i].id for i in self._required if not self._done[i]]
+
+    def verdict(self, step: str) -> Verdict:
+        """Where ``step`` stands: pending, active, done or skipped."""
+        i = self._index(step)
+        with self._lock:
+            if self._done[i]:
+                return Verdict.DONE
+            if self._active[i]:
+                return Verdict.ACTIVE
+            if self._complete or any(self._done[j] for j in self._succ[i]):
+                return Verdict.SKIPPED
+            return Verdict.PENDING
+
+    def take_deliveries(self) -> list[BackgroundResult]:
+        """Background results of ``on_enter`` actions with no ``deliver``, oldest first; taking
+        them empties the queue."""
+        taken, self._deliveries = self._deliveries, []
+        return taken
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def _denial(self, tool: str) -> tuple[str, str] | None:
+        """Why ``tool`` is refused now, as (kind, detail), or None if it is admitted."""
+        if tool in self._once and self._tools_ok.get(tool, 0) > 0:
+            return ("once", "")
+        for name, until in self._never:
+            if name == tool and not until.evaluate(self.state, self._mark()):
+                return ("not_yet", until.describe())
+        active = self._active_rts()
+        for rt in active:
+            if tool in rt.step.deny:
+                return ("denied", rt.step.id)
+        if tool in self._ambient:
+            return None
+        restricting = [rt for rt in active if rt.step.allow]
+        if restricting and not any(tool in rt.step.allow for rt in restricting):
+            return ("not_in_step", ", ".join(repr(rt.step.id) for rt in restricting))
+        return None
+
+    def _reason(self, tool: str, kind: str, detail: str) -> str:
+        if kind == "once":
+            return (
+                f"'{tool}' has already run and may run only once in this conversation. "
+                "Do not call it again."
+            )
+        if kind == "not_yet":
+            head = f"'{tool}' is not permitted yet: first, {detail}."
+        elif kind == "denied":
+            head = f"'{tool}' is not allowed during the current step ('{detail}')."
+        else:
+            head = f"'{tool}' is not part of the current step ({detail})."
+        available = [t for t in self._universe if self._denial(t) is None]
+        if available:
+            head += " Available now: " + ", ".join(available) + "."
+        else:
+            head += " No tool is available right now; continue the conversation instead."
+        postures = [rt.step.posture for rt in self._active_rts() if rt.step.posture]
+        if postures:
+            head += " " + postures[0]
+        return head
+
+    def admit(self, tool: str) -> Admission:
+        """May the model call ``tool`` now? Checked in order: ``once``, ``never``/``commit``
+        guards, an active step's ``deny``, ``ambient``, the active steps' ``allow`` lists.
+
+        A refusal's reason tells the model what is missing and what it may call instead. In
+        observe mode the call is admitted and the refusal is recorded in :attr:`violations`.
+        """
+        if type(tool) is not str or not tool:
+            raise FlowError(f"flow {self.name!r}: admit takes a tool name, got {tool!r}")
+        with self._lock:
+            denial = self._denial(tool)
+            if denial is None:
+                return Admission(tool, True)
+            reason = self._reason(tool, *denial)
+            if self.enforcement is Enforcement.ENFORCE:
+                return Admission(tool, False, reason)
+            active = tuple(rt.step.id for rt in self._active_rts())
+            self.violations.append(Violation(tool, reason, active))
+            return Admission(tool, True, reason, violation=True)
+
+    def why_blocked(self, tool: str) -> str | None:
+        """The reason ``tool`` would be refused now, or None if it would be admitted (this
+        records nothing, in either mode)."""
+        with self._lock:
+            denial = self._denial(tool)
+            return None if denial is None else self._reason(tool, *denial)
+
+    def explain(self) -> FlowExplanation:
+        """Where the flow is and why: what each active step waits for, what keeps the next
+        steps from starting, which tools are allowed or refused (and why), what is unmet."""
+        with self._lock:
+            state = self.state
+            marking = self._mark()
+            waiting: dict[str, Explanation] = {}
+            for i, rt in enumerate(self._rt):
+                if self._done[i] or (self._complete and not self._active[i]):
+                    continue
+                if self._active[i]:
+                    if rt.done is not None:
+                        waiting[rt.step.id] = rt.done.explain(state, marking)
+                    continue
+                why = self._why_pending(rt, marking)
+                if why is not None:
+                    waiting[rt.step.id] = why
+            allowed: list[str] = []
+            blocked: dict[str, str] = {}
+            for tool in self._universe:
+                denial = self._denial(tool)
+                if denial is None:
+                    allowed.append(tool)
+                else:
+                    blocked[tool] = self._reason(tool, *denial)
+            return FlowExplanation(
+                self.name,
+                tuple(s.id for s, a in zip(self.flow.steps, self._active, strict=True) if a),
+                tuple(s.id for s, d in zip(self.flow.steps, self._done, strict=True) if d),
+                self._complete,
+                waiting,
+                tuple(allowed),
+                blocked,
+                tuple(self.flow.steps[i].id for i in self._required if not self._done[i]),
+            )
+
+    def _why_pending(self, rt: _Rt, marking: Marking) -> Explanation | None:
+        """For a pending step whose predecessors are done: what still keeps it from starting."""
+        steps = self.flow.steps
+        parts: list[Explanation] = []
+        ready = [self._done[src] for src, _, _ in rt.edges]
+        if rt.edges and not (all(ready) if rt.join_all else any(ready)):
+            return None  # not next in line: an earlier step is still open
+        for src, when, _ in rt.edges:
+            if when is not None and self._done[src]:
+                parts.append(
+                    Explanation(
+                        when.evaluate(self.state, marking),
+                        f"the branch from {steps[src].id!r}",
+                        (when.explain(self.state, marking),),
+                    )
+                )
+        for src in rt.before:
+            parts.append(
+                Explanation(self._done[src], f"step {steps[src].id!r} must be done first (before)")
+            )
+        if rt.gate is not None:
+            parts.append(rt.gate.explain(self.state, marking))
+        if not parts:
+            return None
+        return Explanation(False, "it cannot start until", tuple(parts))
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    async def wait_for_step(self, step: str, timeout: float | None = None) -> Verdict:
+        """Wait until ``step`` is reached (active or done) and return its verdict.
+
+        Raises :class:`WaitTimeoutError` after ``timeout`` seconds (on the session's clock, so
+        a manual clock in tests) with the runner's explanation.
+        """
+        i = self._index(step)
+
+        def reached() -> bool:
+            return self._active[i] or self._done[i]
+
+        await self._wait(reached, timeout, f"step {step!r} to be reached")
+        return self.verdict(step)
+
+    async def wait_complete(self, timeout: float | None = None) -> None:
+        """Wait until the flow is complete; raises :class:`WaitTimeoutError` after ``timeout``."""
+        await self._wait(lambda: self._complete, timeout, "the flow to complete")
+
+    async def _wait(self, check: Callable[[], bool], timeout: float | None, what: str) -> None:
+        with self._lock:
+            if check():
+                return
+            self._check_open()
+            waiter = _Waiter(check)
+            self._waiters.append(waiter)
+        try:
+            if timeout is None:
+                await waiter.event.wait()
+            else:
+                clock = self.session.clock if self.session is not None else None
+                with (
+                    clock.deadline(timeout)
+                    if clock is not None
+                    else anyio.move_on_after(timeout) as scope
+                ):
+                    await waiter.event.wait()
+                if scope.cancelled_caught and not waiter.event.is_set():
+                    raise WaitTimeoutError(
+                        f"flow {self.name!r}: waited {timeout}s for {what}\n{self.explain()}"
+                    )
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+        with self._lock:
+            if not check():
+                raise FlowError(
+                    f"flow {self.name!r} was closed while waiting for {what}\n{self.explain()}"
+                )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop advancing: unsubscribe from the State and drop queued call-mode actions (runs
+        already started belong to the session). Queries keep answering from the last marking."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._calls.clear()
+            waiters, self._waiters = self._waiters, []
+        if self._sub is not None:
+            self._sub.close()
+        with _running_lock:
+            mine = _running.get(self.state)
+            if mine is not None and mine.get(self.name) is self:
+                del mine[self.name]
+        for w in waiters:
+            w.wake()
+
+    def __enter__(self) -> FlowRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        status = "closed" if self._closed else "complete" if self._complete else "running"
+        active = ", ".join(self.active_steps) or "none"
+        return f"<FlowRunner {self.name!r} {status}; active: {active}>"

@@ -1,0 +1,233 @@
+"""Steps: the nodes of a flow, the edges between them, and what a step starts when entered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import FlowDefinitionError, TemplateError
+from ..resolve.background import Deliver, Scheduling
+from ..resolve.resolver import Resolver
+from .ground import Ground
+from .guards import Guard
+
+__all__ = ["Edge", "Join", "OnEnter", "RunMode", "Step", "edge", "run"]
+
+Join = Literal["all", "any"]
+RunMode = Literal["call", "dispatch", "background"]
+_MODES: tuple[RunMode, ...] = ("call", "dispatch", "background")
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A dependency on step ``step``; with ``when``, a conditional branch taken while it holds."""
+
+    step: str
+    when: Guard | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.step) is not str or not self.step:
+            raise FlowDefinitionError(f"edge(step) needs a step id, got {self.step!r}")
+        if self.when is not None and not isinstance(self.when, Guard):
+            raise FlowDefinitionError(
+                f"edge({self.step!r}, when=...) takes a guard, got {self.when!r}"
+            )
+
+
+def edge(step: str, when: Guard | None = None) -> Edge:
+    """An ``after`` entry: follow on from ``step`` once it is done and ``when`` holds.
+
+    ``Step("confirm", after=[edge("check", when=eq("availability:result.open", True))])`` takes
+    the branch only when the slot is open; a sibling step takes the other branch.
+    """
+    return Edge(step, when)
+
+
+@dataclass(frozen=True, slots=True)
+class OnEnter:
+    """Run ``resolver`` when a step is entered: built by :func:`run`."""
+
+    resolver: Resolver
+    mode: RunMode = "dispatch"
+    scheduling: Scheduling = Scheduling.WHEN_IDLE
+    deliver: Deliver | None = None
+
+
+def run(
+    resolver: Resolver,
+    mode: RunMode = "dispatch",
+    *,
+    scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
+    deliver: Deliver | None = None,
+) -> OnEnter:
+    """An ``on_enter`` action: start ``resolver`` through the session each time the step is
+    entered.
+
+    - ``"dispatch"``: fire and forget; guards see ``<name>:result`` when it lands.
+    - ``"background"``: the same, and the outcome is delivered for the model with the
+      ``scheduling`` hint: to ``deliver`` if given, else queued on the runner
+      (``runner.take_deliveries()``).
+    - ``"call"``: run at once in the runner's own task, one after another; ``await
+      runner.on_turn()`` waits for these runs, so the next turn sees their results.
+    """
+    if not isinstance(resolver, Resolver):
+        raise FlowDefinitionError(f"run() takes a Resolver, got {resolver!r}")
+    if mode not in _MODES:
+        raise FlowDefinitionError(
+            f"run({resolver.name!r}, mode={mode!r}): mode must be one of {list(_MODES)}"
+        )
+    try:
+        hint = Scheduling(scheduling)
+    except ValueError:
+        raise FlowDefinitionError(
+            f"run({resolver.name!r}): scheduling must be one of "
+            f"{[s.value for s in Scheduling]}, got {scheduling!r}"
+        ) from None
+    if deliver is not None and not callable(deliver):
+        raise FlowDefinitionError(f"run({resolver.name!r}): deliver must be callable")
+    return OnEnter(resolver, mode, hint, deliver)
+
+
+def _tools(value: Iterable[str] | None, step: str, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    for tool in items:
+        if type(tool) is not str or not tool:
+            raise FlowDefinitionError(f"step {step!r}: {what} holds tool names, got {tool!r}")
+    return tuple(dict.fromkeys(items))
+
+
+class Step:
+    """One step of a flow: when it may start, when it is done, and what holds while it is active.
+
+    - ``after``: step ids or :func:`edge` entries; ``join="all"`` (default) needs every one,
+      ``join="any"`` one of them. A step with no ``after`` starts with the flow.
+    - ``gate``: a further guard that must hold for the step to be active.
+    - ``done``: the guard that completes it (required unless ``terminal``); once done, a step
+      stays done until a ``reset`` constraint re-opens it.
+    - ``terminal``: done as soon as it is reachable (an ending such as "goodbye").
+    - ``posture``: the instruction for the model while active; ``ground``: a fact line rendered
+      from the State (see :class:`Ground`).
+    - ``allow`` / ``deny``: the tools the model may / may not call while it is active.
+    - ``on_enter``: :func:`run` a resolver each time the step is entered.
+
+    Malformed arguments raise :class:`FlowDefinitionError` naming the step; problems between
+    steps (unknown ids, cycles) are reported by ``Flow.build()``.
+    """
+
+    __slots__ = (
+        "after",
+        "allow",
+        "deny",
+        "done",
+        "gate",
+        "ground",
+        "id",
+        "join",
+        "on_enter",
+        "posture",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        after: Iterable[str | Edge] | str | Edge = (),
+        join: Join = "all",
+        gate: Guard | None = None,
+        done: Guard | None = None,
+        posture: str | None = None,
+        ground: str | Ground | None = None,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] | None = None,
+        terminal: bool = False,
+        on_enter: OnEnter | None = None,
+    ) -> None:
+        if type(id) is not str or not id.strip():
+            raise FlowDefinitionError(f"a step id is a non-empty string, got {id!r}")
+        self.id = id
+        entries = [after] if isinstance(after, str | Edge) else list(after)
+        edges: list[Edge] = []
+        for entry in entries:
+            if isinstance(entry, str):
+                edges.append(Edge(entry))
+            elif isinstance(entry, Edge):
+                edges.append(entry)
+            else:
+                raise FlowDefinitionError(
+                    f"step {id!r}: after holds step ids or edge(...), got {entry!r}"
+                )
+        self.after: tuple[Edge, ...] = tuple(edges)
+        if join not in ("all", "any"):
+            raise FlowDefinitionError(f"step {id!r}: join must be 'all' or 'any', got {join!r}")
+        self.join: Join = join
+        for name, guard in (("gate", gate), ("done", done)):
+            if guard is not None and not isinstance(guard, Guard):
+                raise FlowDefinitionError(f"step {id!r}: {name} must be a guard, got {guard!r}")
+        self.gate = gate
+        self.done = done
+        if posture is not None and type(posture) is not str:
+            raise FlowDefinitionError(f"step {id!r}: posture must be a str, got {posture!r}")
+        self.posture = posture
+        if ground is None or isinstance(ground, Ground):
+            self.ground = ground
+        elif isinstance(ground, str):
+            try:
+                self.ground = Ground(ground)
+            except TemplateError as exc:
+                raise FlowDefinitionError(f"step {id!r}: ground: {exc}") from None
+        else:
+            raise FlowDefinitionError(f"step {id!r}: ground must be a str, got {ground!r}")
+        self.allow = _tools(allow, id, "allow")
+        self.deny = _tools(deny, id, "deny")
+        if type(terminal) is not bool:
+            raise FlowDefinitionError(f"step {id!r}: terminal must be True or False")
+        self.terminal = terminal
+        if on_enter is not None and not isinstance(on_enter, OnEnter):
+            raise FlowDefinitionError(
+                f"step {id!r}: on_enter takes run(resolver, mode), got {on_enter!r}"
+            )
+        self.on_enter = on_enter
+
+    def guards(self) -> list[tuple[str, Guard]]:
+        """Every guard of the step with where it sits: ``gate``, ``done``, ``after[i].when``."""
+        found: list[tuple[str, Guard]] = []
+        for i, e in enumerate(self.after):
+            if e.when is not None:
+                found.append((f"after[{i}].when", e.when))
+        if self.gate is not None:
+            found.append(("gate", self.gate))
+        if self.done is not None:
+            found.append(("done", self.done))
+        return found
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.after,
+            self.join,
+            self.gate,
+            self.done,
+            self.posture,
+            self.ground,
+            self.allow,
+            self.deny,
+            self.terminal,
+            self.on_enter,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        deps = ", ".join(e.step for e in self.after)
+        kind = "terminal " if self.terminal else ""
+        return f"<{kind}Step {self.id!r}" + (f" after {deps}" if deps else "") + ">"
