@@ -26,6 +26,7 @@ DOC_PAGES = [
     "docs/state.md",
     "docs/resolvers.md",
     "docs/guards.md",
+    "docs/flows.md",
     "docs/errors.md",
 ]
 
@@ -125,6 +126,56 @@ def test_booking_example_runs(backend: str) -> None:
     assert "the model is told: {'status': 'running', 'resolver': 'verify_address'}" in proc.stdout
     assert "the model is handed (when_idle): {'status': 'completed'" in proc.stdout
     assert "mode 'dispatch', attempts 2" in proc.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_voice_booking_flow_example_runs(backend: str) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "voice_booking_flow.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    # The turns, in order: slot -> check (background lookup) -> offer -> confirm -> book.
+    order = [
+        "active: slot",
+        "Known so far: date not yet, time not yet.",
+        "active: check",
+        "book_table refused: 'book_table' is not permitted yet: first, 'booking:confirmed' must "
+        "be true. Available now: transfer_to_human.",
+        "active: offer",
+        "Alternative on offer: 19:30.",
+        "delivered (when_idle): {'status': 'completed', 'resolver': 'availability', "
+        "'result': {'open': False, 'alternative': '19:30'}}",
+        "active: confirm",
+        "Booking: Saturday at 19:30.",
+        "active: book",
+        "book_table runs",
+        "'book_table' has already run and may run only once",
+        "flow complete: True; done: slot, check, offer, confirm, book, goodbye",
+    ]
+    at = 0
+    for line in order:
+        found = out.find(line, at)
+        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
+        at = found + len(line)
+
+
+def test_voice_booking_flow_example_in_process() -> None:
+    """The example's flow, run in this process: the final state holds the booking's facts."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import voice_booking_flow
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    lines: list[str] = []
+    state = anyio.run(voice_booking_flow.main, lines.append)
+    assert state.get("flow:booking:complete") is True
+    assert state.get("flow:booking:active") == []
+    assert state.get("booking:time") == "19:30"
+    assert state.get("availability:result") == {"open": False, "alternative": "19:30"}
+    prov = state.provenance("flow:booking:done")
+    assert prov is not None and (prov.source, prov.writer) == ("flow", "booking")
 
 
 def test_state_page_has_snippets() -> None:

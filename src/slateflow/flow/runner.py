@@ -9,6 +9,7 @@ entered step's ``on_enter`` action, started through the session on its event loo
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import logging
@@ -196,6 +197,27 @@ class _ResetRt:
         self.last = False
 
 
+class _Ordered:
+    """Step ids kept in flow order, updated one step at a time (publishing never rebuilds them)."""
+
+    __slots__ = ("ids", "index")
+
+    def __init__(self) -> None:
+        self.index: list[int] = []
+        self.ids: list[str] = []
+
+    def add(self, i: int, sid: str) -> None:
+        at = bisect.bisect_left(self.index, i)
+        self.index.insert(at, i)
+        self.ids.insert(at, sid)
+
+    def discard(self, i: int) -> None:
+        at = bisect.bisect_left(self.index, i)
+        if at < len(self.index) and self.index[at] == i:
+            del self.index[at]
+            del self.ids[at]
+
+
 class _Waiter:
     __slots__ = ("check", "event", "thread", "token")
 
@@ -271,10 +293,15 @@ class FlowRunner:
         self._tools_ok: dict[str, int] = {}
         self._marking: Marking | None = EMPTY_MARKING
         self._complete = False
+        self._active_ids = _Ordered()
+        self._done_ids = _Ordered()
+        self._done_count = 0
+        self._required_left = len(self._required)
+        self._terminals_done = 0
         self._heap: list[int] = []
         self._queued = [False] * n
         self._dirty_resets: set[int] = set()
-        self._published: tuple[Any, ...] | None = None
+        self._published: tuple[list[str], list[str], bool] | None = None
         self._waiters: list[_Waiter] = []
         self._deliveries: list[BackgroundResult] = []
         self.violations: list[Violation] = []
@@ -303,7 +330,7 @@ class FlowRunner:
             self._dirty_resets.update(range(len(self._resets)))
             events = self._latch()
             self._starting = False
-        self._publish(events)
+        self._publish(events, force=True)
 
     # -- compiling the flow for speed ---------------------------------------------------------
 
@@ -385,6 +412,7 @@ class FlowRunner:
         self._ambient = frozenset(flow.ambient)
         required = [ids[s] for c in flow.constraints if isinstance(c, Require) for s in c.steps]
         self._required = tuple(dict.fromkeys(required))
+        self._required_set = frozenset(self._required)
         self._terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
         self._universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
 
@@ -398,10 +426,7 @@ class FlowRunner:
     def _mark(self) -> Marking:
         marking = self._marking
         if marking is None:
-            done = self.flow.steps
-            marking = Marking(
-                frozenset(done[i].id for i, d in enumerate(self._done) if d), self._tools_ok
-            )
+            marking = Marking(frozenset(self._done_ids.ids), self._tools_ok)
             self._marking = marking
         return marking
 
@@ -455,6 +480,31 @@ class FlowRunner:
                 events.append(("complete", -1))
         return events
 
+    def _set_done(self, i: int, value: bool) -> None:
+        self._done[i] = value
+        self._marking = None
+        step = self.flow.steps[i]
+        if value:
+            self._done_ids.add(i, step.id)
+            self._done_count += 1
+        else:
+            self._done_ids.discard(i)
+            self._done_count -= 1
+        if i in self._required_set:
+            self._required_left += -1 if value else 1
+        if step.terminal:
+            self._terminals_done += 1 if value else -1
+        for j in self._on_done[i]:
+            self._push(j)
+        self._dirty_resets.update(self._reset_on_done[i])
+
+    def _set_active(self, i: int, value: bool) -> None:
+        self._active[i] = value
+        if value:
+            self._active_ids.add(i, self.flow.steps[i].id)
+        else:
+            self._active_ids.discard(i)
+
     def _settle(self, i: int, events: list[tuple[str, int]]) -> None:
         if self._done[i]:
             return
@@ -465,22 +515,19 @@ class FlowRunner:
                 done is not None
                 and done.evaluate(self.state, self._mark() if rt.done_m else EMPTY_MARKING)
             ):
-                self._done[i] = True
-                self._active[i] = False
-                self._marking = None
+                if self._active[i]:
+                    self._set_active(i, False)
+                self._set_done(i, True)
                 events.append(("done", i))
-                for j in self._on_done[i]:
-                    self._push(j)
-                self._dirty_resets.update(self._reset_on_done[i])
             elif not self._active[i]:
-                self._active[i] = True
+                self._set_active(i, True)
                 if not self._entered[i]:
                     self._entered[i] = True
                     events.append(("enter", i))
                 else:
                     events.append(("active", i))
         elif self._active[i]:
-            self._active[i] = False
+            self._set_active(i, False)
             events.append(("inactive", i))
 
     def _check_reset(self, r: int, fired: set[int], events: list[tuple[str, int]]) -> None:
@@ -494,59 +541,76 @@ class FlowRunner:
         for i in reset.targets:
             if self._done[i] or self._active[i] or self._entered[i]:
                 if self._done[i]:
-                    self._marking = None
-                    for j in self._on_done[i]:
-                        self._push(j)
-                    self._dirty_resets.update(self._reset_on_done[i])
-                self._done[i] = self._active[i] = self._entered[i] = False
+                    self._set_done(i, False)
+                if self._active[i]:
+                    self._set_active(i, False)
+                self._entered[i] = False
                 events.append(("reset", i))
             self._push(i)
 
     def _is_complete(self) -> bool:
-        done = self._done
         if self._required:
-            if not all(done[i] for i in self._required):
-                return False
-            return not self._terminals or any(done[i] for i in self._terminals)
+            return self._required_left == 0 and (
+                not self._terminals or self._terminals_done > 0
+            )
         if self._terminals:
-            return any(done[i] for i in self._terminals)
-        return all(done)
+            return self._terminals_done > 0
+        return self._done_count == len(self._done)
 
     # -- publishing --------------------------------------------------------------------------
 
-    def _publish(self, events: list[tuple[str, int]]) -> None:
-        """Write the flow keys, send the signals and start on_enter actions (outside the lock)."""
-        if events:
+    def _publish(self, events: list[tuple[str, int]], *, force: bool = False) -> None:
+        """Write the flow keys, send the signals and start on_enter actions.
+
+        The keys are committed under the runner's lock (so two threads never write them out of
+        order) but delivered after the signals, so a receiver reacting to them starts its own
+        settling only once this one is fully told.
+        """
+        if events or force:
             with self._lock:
-                steps = self.flow.steps
-                view = (
-                    [steps[i].id for i, a in enumerate(self._active) if a],
-                    [steps[i].id for i, d in enumerate(self._done) if d],
-                    self._complete,
-                )
-            if view != self._published:
-                self._published = view
-                writes = dict(zip(self._keys, view, strict=True))
-                try:
-                    self.state._commit_owned(writes, (), self._stamp, "flow")
-                except SlateError as exc:
-                    log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
-        elif self._published is None:
-            return
+                self._write_keys()
+        steps = self.flow.steps
         for kind, i in events:
-            step = self.flow.steps[i].id if i >= 0 else None
             if kind == "enter":
-                self._send(signals.step_entered, step=step)
-                if self.flow.steps[i].on_enter is not None:
+                if signals.step_entered.receivers:
+                    self._send(signals.step_entered, step=steps[i].id)
+                if steps[i].on_enter is not None:
                     self._fire(i)
             elif kind == "done":
-                self._send(signals.step_done, step=step)
+                if signals.step_done.receivers:
+                    self._send(signals.step_done, step=steps[i].id)
             elif kind == "reset":
-                self._send(signals.step_reset, step=step)
-            elif kind == "complete":
+                if signals.step_reset.receivers:
+                    self._send(signals.step_reset, step=steps[i].id)
+            elif kind == "complete" and signals.flow_completed.receivers:
                 self._send(signals.flow_completed)
-        if events and self._waiters:
+        if self._waiters:
             self._wake_waiters()
+        self.state._deliver()
+
+    def _write_keys(self) -> None:
+        old = self._published
+        active, done, complete = self._active_ids.ids, self._done_ids.ids, self._complete
+        writes: dict[str, Any] = {}
+        keys = self._keys
+        if old is None or old[0] != active:
+            writes[keys[0]] = active = list(active)
+        else:
+            active = old[0]
+        if old is None or old[1] != done:
+            writes[keys[1]] = done = list(done)
+        else:
+            done = old[1]
+        if old is None or old[2] != complete:
+            writes[keys[2]] = complete
+        if not writes:
+            return
+        self._published = (active, done, complete)
+        try:
+            # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
+            self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
+        except SlateError as exc:
+            log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
 
     def _send(self, signal: Any, **kwargs: Any) -> None:
         if not signal.receivers:
@@ -576,7 +640,7 @@ class FlowRunner:
                 session.dispatch(action.resolver)
             elif action.mode == "background":
                 session.background(
-                    action.resolver, action.deliver or self._deliveries.append, action.scheduling
+                    action.resolver, action.deliver or self._queue_delivery, action.scheduling
                 )
             else:
                 self._calls.append(action)
@@ -590,6 +654,10 @@ class FlowRunner:
                 step.id,
                 action.resolver.name,
             )
+
+    def _queue_delivery(self, result: BackgroundResult) -> None:
+        with self._lock:
+            self._deliveries.append(result)
 
     async def _run_calls(self) -> None:
         session = self.session
@@ -688,13 +756,13 @@ class FlowRunner:
     def active_steps(self) -> list[str]:
         """The ids of the active steps (reachable and not done), in flow order."""
         with self._lock:
-            return [s.id for s, a in zip(self.flow.steps, self._active, strict=True) if a]
+            return list(self._active_ids.ids)
 
     @property
     def done_steps(self) -> list[str]:
         """The ids of the done steps, in flow order."""
         with self._lock:
-            return [s.id for s, d in zip(self.flow.steps, self._done, strict=True) if d]
+            return list(self._done_ids.ids)
 
     @property
     def marking(self) -> Marking:
@@ -715,7 +783,8 @@ class FlowRunner:
         return self._closed
 
     def _active_rts(self) -> list[_Rt]:
-        return [rt for rt, a in zip(self._rt, self._active, strict=True) if a]
+        rts = self._rt
+        return [rts[i] for i in self._active_ids.index]
 
     def postures(self) -> list[str]:
         """The active steps' postures (instructions for the model), in flow order."""
@@ -749,7 +818,8 @@ class FlowRunner:
     def take_deliveries(self) -> list[BackgroundResult]:
         """Background results of ``on_enter`` actions with no ``deliver``, oldest first; taking
         them empties the queue."""
-        taken, self._deliveries = self._deliveries, []
+        with self._lock:
+            taken, self._deliveries = self._deliveries, []
         return taken
 
     # -- tools -------------------------------------------------------------------------------
@@ -848,8 +918,8 @@ class FlowRunner:
                     blocked[tool] = self._reason(tool, *denial)
             return FlowExplanation(
                 self.name,
-                tuple(s.id for s, a in zip(self.flow.steps, self._active, strict=True) if a),
-                tuple(s.id for s, d in zip(self.flow.steps, self._done, strict=True) if d),
+                tuple(self._active_ids.ids),
+                tuple(self._done_ids.ids),
                 self._complete,
                 waiting,
                 tuple(allowed),

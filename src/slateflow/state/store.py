@@ -726,20 +726,34 @@ class State:
         origin: str,
         *,
         refresh: frozenset[str] = frozenset(),
+        deliver: bool = True,
+        trusted: bool = False,
     ) -> int:
         """Commit a runtime batch (a resolver's own keys) with a prebuilt stamp.
 
         Validated like any write (keys, values, schemas, policies) but not fenced by an actor nor
         routed into a transaction: the runtime writes its keys as itself, whoever's code is
         running. Keys in ``refresh`` are written even when their value is unchanged (a new run
-        produced it: its provenance and age must be the new run's). Returns the commit's seq.
+        produced it: its provenance and age must be the new run's). With ``deliver=False`` the
+        caller delivers later (``_deliver()``). ``trusted=True`` skips the value check and copy:
+        only for fresh plain JSON the caller built and will not change (keys and policies are
+        still checked). Returns the commit's seq.
         """
-        prepare = self._prepare
-        ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
+        if trusted:
+            ops = []
+            for key, value in writes.items():
+                if key not in self._entries:
+                    self._check_new_key(key)
+                if self._policy.active:
+                    self._policy.check(key, value, stamp)
+                ops.append((key, value, stamp))
+        else:
+            prepare = self._prepare
+            ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
         for key in removes:
             self._check_remove(key, stamp)
             ops.append((key, REMOVED, stamp))
-        return self._commit_batch(ops, origin, refresh=refresh)
+        return self._commit_batch(ops, origin, refresh=refresh, deliver=deliver)
 
     def _commit_batch(
         self,

@@ -29,6 +29,7 @@ MISSING: Any = object()
 REMOVED: Any = object()
 """Sentinel: a buffered or batched removal."""
 MAX_DEPTH = 200
+_PLAIN = frozenset({str, int, bool})
 
 
 def _where(path: str) -> str:
@@ -64,6 +65,8 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
             out[k] = _clean(v, key, f"{path}[{k!r}]", depth + 1)
         return out
     if isinstance(value, list):
+        if {*map(type, value)} <= _PLAIN:
+            return list(value)  # strings, ints and bools need no per-item walk (C speed)
         return [_clean(v, key, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, BaseModel):
         # pydantic keeps NaN floats in a JSON-mode dump; check it like any other value.
