@@ -83,6 +83,33 @@ def test_demo_runs_from_the_command_line() -> None:
     ]:
         assert phrase in out, phrase
     assert "4929 1234 5678 9012" not in out
+    # Part 8: the flow moves as the facts arrive, in this order.
+    flow_part = out[out.index("8. The same call as a Flow") :]
+    at = 0
+    for line in [
+        "active: ['slot']",
+        "the model is told: Known: date not yet, time not yet.",
+        ">> step 'slot' done",
+        ">> step 'check' entered",
+        "model calls book_table: refused",
+        "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
+        ">> step 'check' done",
+        ">> step 'offer' entered",
+        "the model is told: Free instead: 19:30.",
+        "the model is handed (when_idle): {'status': 'completed', 'resolver': 'availability', "
+        "'result': {'open': False, 'alternative': '19:30'}}",
+        ">> step 'confirm' entered",
+        "the model is told: Booking: Saturday at 19:30 for 4.",
+        "model calls book_table: admitted, it runs",
+        ">> step 'goodbye' done",
+        "'book_table' has already run and may run only once",
+        "complete: True; flow:booking:done = ['slot', 'check', 'offer', 'confirm', 'book', "
+        "'goodbye']",
+        "written by source 'flow', writer 'booking'",
+    ]:
+        found = flow_part.find(line, at)
+        assert found >= 0, f"missing (or out of order): {line!r}"
+        at = found + len(line)
     assert proc.stderr == ""
 
 
@@ -175,7 +202,8 @@ def test_voice_booking_flow_example_in_process() -> None:
     assert state.get("booking:time") == "19:30"
     assert state.get("availability:result") == {"open": False, "alternative": "19:30"}
     prov = state.provenance("flow:booking:done")
-    assert prov is not None and (prov.source, prov.writer) == ("flow", "booking")
+    assert prov is not None
+    assert (prov.source, prov.writer) == ("flow", "booking")
 
 
 def test_state_page_has_snippets() -> None:

@@ -5,7 +5,8 @@ extractor (``extraction``, with confidence), a fetch resolver (``availability``)
 background of a Session while the conversation goes on, and the agent. A subscriber logs every
 committed batch, a watcher announces when availability resolves, the model is handed the
 background result, a bad write is refused with a typed error, the booking commits in a
-transaction and a card number stays masked wherever the state is shown.
+transaction and a card number stays masked wherever the state is shown. Finally the same call
+runs as a Flow (``demo_flow``): a conversation plan whose steps advance as the facts arrive.
 
 The output is deterministic: the State gets a ticking clock, the Session a manual one (the
 booking system's latency passes when the demo advances it), and the one thread the demo starts
@@ -21,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from .demo_flow import run_flow_demo
 from .errors import SlateError, VersionConflictError
 from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
 from .state import Change, State, provenance, result_key, when
@@ -233,4 +235,7 @@ async def _run(out: Out) -> State:
         f"  state.end_turn() cleared {cleared} key(s); {len(state)} keys remain, cursor "
         f"{state.cursor}, {len(state.mutations_since(0))} mutations in the journal"
     )
+
+    _heading(out, "8. The same call as a Flow: steps advance when their guards hold")
+    await run_flow_demo(out, ManualClock(start=START.timestamp()))
     return state

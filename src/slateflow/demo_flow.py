@@ -1,0 +1,161 @@
+"""The demo's second part: the booking call as a Flow, driven by a short simulated conversation.
+
+Each step advances when its guard holds, whoever wrote the keys: the slot-filler, the
+availability lookup finishing in the background, the booking tool. The narrative shows what the
+model is told each turn and how its tool calls are admitted or refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .flow import (
+    Flow,
+    FlowRunner,
+    Step,
+    any_,
+    called_ok,
+    captured,
+    commit,
+    edge,
+    eq,
+    failed,
+    is_true,
+    require,
+    resolved,
+    run,
+    signals,
+)
+from .resolve import ManualClock, Resolver, Session
+from .state import State
+
+__all__ = ["booking_flow", "run_flow_demo"]
+
+Out = Callable[[str], object]
+
+
+def booking_flow(lookup: Resolver) -> Flow:
+    """Collect a slot, check availability in the background, confirm or offer another time,
+    commit the booking once."""
+    return Flow(
+        "booking",
+        [
+            Step(
+                "slot",
+                done=captured("booking:date", "booking:time"),
+                posture="Ask which day and time suit the caller.",
+                ground="Known: date {booking:date?not yet}, time {booking:time?not yet}.",
+            ),
+            Step(
+                "check",
+                after=["slot"],
+                done=any_(resolved("availability"), failed("availability")),
+                on_enter=run(lookup, "background"),
+                posture="Tell the caller you are checking the book.",
+            ),
+            Step(
+                "offer",
+                after=[edge("check", when=eq("availability:result.open", False))],
+                done=is_true("booking:alternative_accepted"),
+                posture="That time is taken: offer the alternative.",
+                ground="Free instead: {availability:result.alternative}.",
+            ),
+            Step(
+                "confirm",
+                after=[edge("check", when=eq("availability:result.open", True)), "offer"],
+                join="any",
+                done=is_true("booking:confirmed"),
+                posture="Read the booking back and ask the caller to confirm.",
+                ground="Booking: {booking:date} at {booking:time} for {booking:party_size}.",
+            ),
+            Step("book", after=["confirm"], done=called_ok("book_table"), allow=["book_table"]),
+            Step("goodbye", after=["book"], terminal=True, posture="Thank the caller."),
+        ],
+        constraints=[commit("book_table", until=is_true("booking:confirmed")), require("book")],
+        ambient=["transfer_to_human"],
+    )
+
+
+async def run_flow_demo(out: Out, clock: ManualClock) -> State:
+    """Narrate the booking flow over a fresh State; returns it."""
+    state = State(clock=clock)
+
+    async def check_book(state: State) -> dict[str, Any]:
+        await clock.sleep(0.4)  # the booking system's latency, on the demo's clock
+        if state.require("booking:time") == "19:00":
+            return {"open": False, "alternative": "19:30"}
+        return {"open": True}
+
+    lookup = Resolver.fetch("availability", check_book, reads=["booking:time"])
+    flow = booking_flow(lookup).compile(tools=["book_table", "transfer_to_human"])
+    out("  the plan, as Mermaid (flow.to_mermaid()):")
+    for line in flow.to_mermaid().splitlines():
+        out(f"    {line}")
+
+    def entered(runner: FlowRunner, flow: str, step: str) -> None:
+        out(f"  >> step '{step}' entered")
+
+    def finished(runner: FlowRunner, flow: str, step: str) -> None:
+        out(f"  >> step '{step}' done")
+
+    def model_sees(runner: FlowRunner) -> None:
+        for line in runner.postures() + runner.grounds():
+            out(f"     the model is told: {line}")
+        for result in runner.take_deliveries():
+            out(f"     the model is handed ({result.scheduling.value}): {result.response}")
+
+    def call_tool(runner: FlowRunner, tool: str) -> None:
+        admission = runner.admit(tool)
+        if admission:
+            out(f"  model calls {tool}: admitted, it runs")
+            runner.on_tool_ok(tool)
+        else:
+            out(f"  model calls {tool}: refused")
+            out(f"     {admission.reason}")
+
+    async with Session(state, clock=clock) as session:
+        runner = session.run_flow(flow)
+        signals.step_entered.connect(entered, sender=runner)
+        signals.step_done.connect(finished, sender=runner)
+        try:
+            out(f"  active: {runner.active_steps}")
+            model_sees(runner)
+            out('  caller: "Saturday at seven, for four."')
+            state.update(
+                {"booking:date": "Saturday", "booking:time": "19:00", "booking:party_size": 4},
+                source="extraction",
+                writer="slot_filler",
+                confidence=0.9,
+            )
+            await runner.on_turn()
+            model_sees(runner)
+            call_tool(runner, "book_table")
+            out("  (0.4 s later the booking system answers, in the background)")
+            await clock.advance(0.4)
+            await runner.wait_for_step("offer")
+            model_sees(runner)
+            out('  caller: "Half past seven is fine."')
+            state.update(
+                {"booking:time": "19:30", "booking:alternative_accepted": True},
+                source="extraction",
+                writer="slot_filler",
+            )
+            await runner.on_turn()
+            model_sees(runner)
+            out('  caller: "Yes, that is right."')
+            state.set("booking:confirmed", True, source="extraction", writer="yes_no")
+            await runner.on_turn()
+            call_tool(runner, "book_table")
+            call_tool(runner, "book_table")
+            out(
+                f"  complete: {runner.is_complete}; flow:booking:done = "
+                f"{state.get('flow:booking:done')}"
+            )
+            prov = state.provenance("flow:booking:done")
+            assert prov is not None
+            out(f"  written by source {prov.source!r}, writer {prov.writer!r}")
+        finally:
+            signals.step_entered.disconnect(entered, sender=runner)
+            signals.step_done.disconnect(finished, sender=runner)
+    return state
