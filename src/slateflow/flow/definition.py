@@ -31,7 +31,7 @@ def done_refs(guard: Guard) -> set[str]:
 
 
 def always_true(guard: Guard) -> bool:
-    """Whether a guard holds whatever the state (``always()``, ``all_()``, ...)."""
+    """Whether a guard holds whatever the state (``always()``, ``all_()``, ``~any_()``, ...)."""
     if isinstance(guard, _Always):
         return True
     if isinstance(guard, _All):
@@ -39,7 +39,18 @@ def always_true(guard: Guard) -> bool:
     if isinstance(guard, _Any):
         return any(always_true(p) for p in guard.parts)
     if isinstance(guard, _Not):
-        return isinstance(guard.part, _Any) and not guard.part.parts
+        return never_true(guard.part)
+    return False
+
+
+def never_true(guard: Guard) -> bool:
+    """Whether a guard can never hold (``any_()``, ``~always()``, ``all_(x, any_())``, ...)."""
+    if isinstance(guard, _Any):
+        return all(never_true(p) for p in guard.parts)
+    if isinstance(guard, _All):
+        return any(never_true(p) for p in guard.parts)
+    if isinstance(guard, _Not):
+        return always_true(guard.part)
     return False
 
 
@@ -274,21 +285,45 @@ class Flow:
                 + "; no step on it can ever start"
             )
             return problems
-        successors: dict[str, list[str]] = {s.id: [] for s in self.steps}
-        for sid, waits in deps.items():
-            for d in waits:
-                successors[d].append(sid)
-        stack = [s.id for s in self.steps if not s.after]
+        # A step is reachable when its gate can hold, the before() constraints naming it are
+        # met, and enough of its edges (all, or any one, per join) can be taken: each from a
+        # reachable step, with a guard that can hold. One pass in dependency order decides it.
+        by_id = {s.id: s for s in self.steps}
+        waiting = {sid: len(d) for sid, d in deps.items()}
+        dependents: dict[str, list[str]] = {sid: [] for sid in deps}
+        for sid, d in deps.items():
+            for first in d:
+                dependents[first].append(sid)
+        ready = [sid for sid, count in waiting.items() if count == 0]
         reached: set[str] = set()
-        while stack:
-            sid = stack.pop()
-            if sid not in reached:
+        while ready:
+            sid = ready.pop()
+            s = by_id[sid]
+            open_ = [
+                e.step in reached and (e.when is None or not never_true(e.when)) for e in s.after
+            ]
+            firsts = [c.first for c in self.constraints if isinstance(c, Before) and c.then == sid]
+            if (
+                (s.gate is None or not never_true(s.gate))
+                and all(f in reached for f in firsts)
+                and (not s.after or (all(open_) if s.join == "all" else any(open_)))
+            ):
                 reached.add(sid)
-                stack.extend(successors[sid])
+            for nxt in dependents[sid]:
+                waiting[nxt] -= 1
+                if waiting[nxt] == 0:
+                    ready.append(nxt)
         for s in self.steps:
             if s.id not in reached:
                 problems.append(
-                    f"step {s.id!r} is unreachable: no path from a first step leads to it"
+                    f"step {s.id!r} is unreachable: its gate, or the edges and before() "
+                    "constraints leading to it, can never all be satisfied"
+                )
+        for c in self.constraints:
+            if isinstance(c, Never | Commit) and never_true(c.until):
+                problems.append(
+                    f"{_label(c)} waits for a guard that can never hold, so {c.tool!r} could "
+                    "never be called"
                 )
         return problems
 

@@ -189,9 +189,14 @@ _STEP_FIELDS = (
 def _resolver_table(
     resolvers: Mapping[str, Resolver] | Iterable[Resolver],
 ) -> Mapping[str, Resolver]:
-    if isinstance(resolvers, Mapping):
-        return resolvers
-    return {r.name: r for r in resolvers}
+    table = dict(resolvers) if isinstance(resolvers, Mapping) else {r.name: r for r in resolvers}
+    for name, resolver in table.items():
+        if getattr(resolver, "name", None) != name:
+            raise FlowFormatError(
+                f"resolvers[{name!r}] is {resolver!r}, whose name is not {name!r}: a step's "
+                "on_enter names the resolver itself, so the key must be its name"
+            )
+    return table
 
 
 def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:

@@ -27,7 +27,7 @@ class Edge:
     when: Guard | None = None
 
     def __post_init__(self) -> None:
-        if type(self.step) is not str or not self.step:
+        if type(self.step) is not str or not self.step.strip():
             raise FlowDefinitionError(f"edge(step) needs a step id, got {self.step!r}")
         if self.when is not None and not isinstance(self.when, Guard):
             raise FlowDefinitionError(
