@@ -15,7 +15,7 @@ import heapq
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -324,13 +324,17 @@ class FlowRunner:
         watched = sorted(self._key_steps.keys() | self._key_resets.keys())
         # No keys at all must not mean every key: subscribe only when a guard reads one.
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
-        with self._lock:
-            for i in range(n):
-                self._push(i)
-            self._dirty_resets.update(range(len(self._resets)))
-            events = self._latch()
-            self._starting = False
-        self._publish(events, force=True)
+        try:
+            with self._lock, self._committed():
+                for i in range(n):
+                    self._push(i)
+                self._dirty_resets.update(range(len(self._resets)))
+                events = self._latch()
+                self._starting = False
+            self._publish(events, force=True)
+        except BaseException:
+            self.close()  # unsubscribe and free the flow's name
+            raise
 
     # -- compiling the flow for speed ---------------------------------------------------------
 
@@ -430,31 +434,40 @@ class FlowRunner:
             self._marking = marking
         return marking
 
+    def _holds(self, guard: Guard, marking: bool, where: str) -> bool:
+        """A guard's value; one that raises counts as not holding (and is logged), so a broken
+        custom guard cannot stall the rest of the flow."""
+        try:
+            return guard.evaluate(self.state, self._mark() if marking else EMPTY_MARKING)
+        except Exception:
+            log.exception(
+                "flow %r: the guard %s raised; it counts as not holding", self.name, where
+            )
+            return False
+
     def _eligible(self, rt: _Rt) -> bool:
         done = self._done
         for src in rt.before:
             if not done[src]:
                 return False
-        state = self.state
         if rt.edges:
+            holds = self._holds
             if rt.join_all:
                 for src, when, m in rt.edges:
                     if not done[src]:
                         return False
-                    if when is not None and not when.evaluate(
-                        state, self._mark() if m else EMPTY_MARKING
-                    ):
+                    if when is not None and not holds(when, m, f"of step {rt.step.id!r}'s edge"):
                         return False
             else:
                 for src, when, m in rt.edges:
                     if done[src] and (
-                        when is None or when.evaluate(state, self._mark() if m else EMPTY_MARKING)
+                        when is None or holds(when, m, f"of step {rt.step.id!r}'s edge")
                     ):
                         break
                 else:
                     return False
         gate = rt.gate
-        return gate is None or gate.evaluate(state, self._mark() if rt.gate_m else EMPTY_MARKING)
+        return gate is None or self._holds(gate, rt.gate_m, f"gate of step {rt.step.id!r}")
 
     def _latch(self) -> list[tuple[str, int]]:
         """Settle every queued step and reset to a fixed point; return what happened."""
@@ -512,8 +525,7 @@ class FlowRunner:
         if self._eligible(rt):
             done = rt.done
             if rt.terminal or (
-                done is not None
-                and done.evaluate(self.state, self._mark() if rt.done_m else EMPTY_MARKING)
+                done is not None and self._holds(done, rt.done_m, f"done of step {rt.step.id!r}")
             ):
                 if self._active[i]:
                     self._set_active(i, False)
@@ -532,7 +544,7 @@ class FlowRunner:
 
     def _check_reset(self, r: int, fired: set[int], events: list[tuple[str, int]]) -> None:
         reset = self._resets[r]
-        holds = reset.guard.evaluate(self.state, self._mark() if reset.marking else EMPTY_MARKING)
+        holds = self._holds(reset.guard, reset.marking, f"of reset constraint {r}")
         rising = holds and not reset.last
         reset.last = holds
         if not rising or r in fired or self._starting:
@@ -550,9 +562,7 @@ class FlowRunner:
 
     def _is_complete(self) -> bool:
         if self._required:
-            return self._required_left == 0 and (
-                not self._terminals or self._terminals_done > 0
-            )
+            return self._required_left == 0 and (not self._terminals or self._terminals_done > 0)
         if self._terminals:
             return self._terminals_done > 0
         return self._done_count == len(self._done)
@@ -684,7 +694,28 @@ class FlowRunner:
 
     # -- inputs ------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _committed(self) -> Iterator[None]:
+        """Evaluate guards against the committed State, even when called inside a transaction
+        (whose writes are not the flow's facts until they commit)."""
+        state = self.state
+        if not state._tx_open or state._txvar.get() is None:
+            yield
+            return
+        token = state._txvar.set(None)
+        try:
+            yield
+        finally:
+            state._txvar.reset(token)
+
     def _changed(self, changes: tuple[Change, ...]) -> None:
+        if self.state._tx_open:
+            with self._committed():
+                self._settle_changes(changes)
+            return
+        self._settle_changes(changes)
+
+    def _settle_changes(self, changes: tuple[Change, ...]) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -701,7 +732,7 @@ class FlowRunner:
             self._publish(events)
 
     def _advance_all(self) -> None:
-        with self._lock:
+        with self._lock, self._committed():
             self._check_open()
             for i in range(len(self._rt)):
                 self._push(i)
@@ -727,7 +758,7 @@ class FlowRunner:
         """Tool ``tool`` completed successfully: count it (``called_ok``, ``once``) and advance."""
         if type(tool) is not str or not tool:
             raise FlowError(f"flow {self.name!r}: on_tool_ok takes a tool name, got {tool!r}")
-        with self._lock:
+        with self._lock, self._committed():
             self._check_open()
             self._tools_ok[tool] = self._tools_ok.get(tool, 0) + 1
             self._marking = None
@@ -873,7 +904,7 @@ class FlowRunner:
         """
         if type(tool) is not str or not tool:
             raise FlowError(f"flow {self.name!r}: admit takes a tool name, got {tool!r}")
-        with self._lock:
+        with self._lock, self._committed():
             denial = self._denial(tool)
             if denial is None:
                 return Admission(tool, True)
@@ -887,7 +918,7 @@ class FlowRunner:
     def why_blocked(self, tool: str) -> str | None:
         """The reason ``tool`` would be refused now, or None if it would be admitted (this
         records nothing, in either mode)."""
-        with self._lock:
+        with self._lock, self._committed():
             denial = self._denial(tool)
             return None if denial is None else self._reason(tool, *denial)
 
