@@ -168,3 +168,14 @@ async def test_system_clock_reads_real_time_and_its_deadlines_cancel() -> None:
         await anyio.sleep_forever()
     assert scope.cancelled_caught
     await clock.sleep(0)
+
+
+@pytest.mark.anyio
+async def test_manual_clock_refuses_a_nan_sleep_or_deadline() -> None:
+    clock = ManualClock()
+    with pytest.raises(ValueError, match="nan"):
+        await clock.sleep(float("nan"))
+    with pytest.raises(ValueError, match="nan"):
+        clock.deadline(float("nan"))
+    await clock.advance(1)  # nothing was left behind to wedge it
+    assert clock.pending == 0

@@ -13,6 +13,7 @@ import bisect
 import contextlib
 import heapq
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ import anyio.lowlevel
 
 from ..errors import FlowError, SlateError, WaitTimeoutError
 from ..resolve.background import BackgroundResult
+from ..resolve.clock import Clock
 from ..state import Change, State
 from ..state.provenance import Stamp
 from . import signals
@@ -168,6 +170,7 @@ class _Rt:
         "gate_m",
         "index",
         "join_all",
+        "simple",
         "step",
         "terminal",
     )
@@ -185,6 +188,23 @@ class _Rt:
         self.done = step.done
         self.done_m = step.done is not None and step.done.reads_marking()
         self.terminal = step.terminal
+        # The common shape, one plain edge and nothing else: eligible exactly when that step is
+        # done (the runner skips the general check).
+        only = self.edges[0] if len(self.edges) == 1 else None
+        self.simple = (
+            only[0]
+            if only is not None and only[1] is None and not self.before and self.gate is None
+            else None
+        )
+
+    def edge_label(self) -> str:
+        return f"on an edge into step {self.step.id!r}"
+
+    def gate_label(self) -> str:
+        return f"gate of step {self.step.id!r}"
+
+    def done_label(self) -> str:
+        return f"done of step {self.step.id!r}"
 
 
 class _ResetRt:
@@ -207,7 +227,12 @@ class _Ordered:
         self.ids: list[str] = []
 
     def add(self, i: int, sid: str) -> None:
-        at = bisect.bisect_left(self.index, i)
+        index = self.index
+        if not index or i > index[-1]:  # a flow mostly moves forward
+            index.append(i)
+            self.ids.append(sid)
+            return
+        at = bisect.bisect_left(index, i)
         self.index.insert(at, i)
         self.ids.insert(at, sid)
 
@@ -216,6 +241,10 @@ class _Ordered:
         if at < len(self.index) and self.index[at] == i:
             del self.index[at]
             del self.ids[at]
+
+
+def _now(clock: Clock | None) -> float:
+    return clock.monotonic() if clock is not None else anyio.current_time()
 
 
 class _Waiter:
@@ -310,6 +339,9 @@ class FlowRunner:
         """How many times :meth:`on_turn` ran."""
         self._calls: list[OnEnter] = []
         self._lane: anyio.Event | None = None
+        # Cancelled by close() (and so at session exit): a call-mode run must not keep the
+        # session's block waiting.
+        self._lane_scope: anyio.CancelScope | None = None
         self._stamp = Stamp("flow", flow.name, None, None)
         self._keys = tuple(f"flow:{flow.name}:{k}" for k in ("active", "done", "complete"))
         with _running_lock:
@@ -434,14 +466,14 @@ class FlowRunner:
             self._marking = marking
         return marking
 
-    def _holds(self, guard: Guard, marking: bool, where: str) -> bool:
+    def _holds(self, guard: Guard, marking: bool, where: Callable[[], str]) -> bool:
         """A guard's value; one that raises counts as not holding (and is logged), so a broken
-        custom guard cannot stall the rest of the flow."""
+        custom guard cannot stall the rest of the flow. ``where`` names it, only when needed."""
         try:
             return guard.evaluate(self.state, self._mark() if marking else EMPTY_MARKING)
         except Exception:
             log.exception(
-                "flow %r: the guard %s raised; it counts as not holding", self.name, where
+                "flow %r: the guard %s raised; it counts as not holding", self.name, where()
             )
             return False
 
@@ -451,23 +483,20 @@ class FlowRunner:
             if not done[src]:
                 return False
         if rt.edges:
-            holds = self._holds
             if rt.join_all:
                 for src, when, m in rt.edges:
                     if not done[src]:
                         return False
-                    if when is not None and not holds(when, m, f"of step {rt.step.id!r}'s edge"):
+                    if when is not None and not self._holds(when, m, rt.edge_label):
                         return False
             else:
                 for src, when, m in rt.edges:
-                    if done[src] and (
-                        when is None or holds(when, m, f"of step {rt.step.id!r}'s edge")
-                    ):
+                    if done[src] and (when is None or self._holds(when, m, rt.edge_label)):
                         break
                 else:
                     return False
         gate = rt.gate
-        return gate is None or self._holds(gate, rt.gate_m, f"gate of step {rt.step.id!r}")
+        return gate is None or self._holds(gate, rt.gate_m, rt.gate_label)
 
     def _latch(self) -> list[tuple[str, int]]:
         """Settle every queued step and reset to a fixed point; return what happened."""
@@ -475,6 +504,7 @@ class FlowRunner:
         heap = self._heap
         queued = self._queued
         fired: set[int] = set()  # a reset fires at most once per settling: no ping-pong
+        settle = self._settle
         while True:
             if self._dirty_resets:
                 dirty = sorted(self._dirty_resets)
@@ -485,7 +515,7 @@ class FlowRunner:
                 break
             i = heapq.heappop(heap)
             queued[i] = False
-            self._settle(i, events)
+            settle(i, events)
         complete = self._is_complete()
         if complete != self._complete:
             self._complete = complete
@@ -522,11 +552,10 @@ class FlowRunner:
         if self._done[i]:
             return
         rt = self._rt[i]
-        if self._eligible(rt):
+        simple = rt.simple
+        if self._done[simple] if simple is not None else self._eligible(rt):
             done = rt.done
-            if rt.terminal or (
-                done is not None and self._holds(done, rt.done_m, f"done of step {rt.step.id!r}")
-            ):
+            if rt.terminal or (done is not None and self._holds(done, rt.done_m, rt.done_label)):
                 if self._active[i]:
                     self._set_active(i, False)
                 self._set_done(i, True)
@@ -544,7 +573,7 @@ class FlowRunner:
 
     def _check_reset(self, r: int, fired: set[int], events: list[tuple[str, int]]) -> None:
         reset = self._resets[r]
-        holds = self._holds(reset.guard, reset.marking, f"of reset constraint {r}")
+        holds = self._holds(reset.guard, reset.marking, lambda: f"of reset constraint {r}")
         rising = holds and not reset.last
         reset.last = holds
         if not rising or r in fired or self._starting:
@@ -596,7 +625,8 @@ class FlowRunner:
                 self._send(signals.flow_completed)
         if self._waiters:
             self._wake_waiters()
-        self.state._deliver()
+        if self.state._pending:
+            self.state._deliver()
 
     def _write_keys(self) -> None:
         old = self._published
@@ -673,11 +703,14 @@ class FlowRunner:
         session = self.session
         assert session is not None
         try:
-            while self._calls and not self._closed:
-                action = self._calls.pop(0)
-                with contextlib.suppress(SlateError):
-                    # Its error is in '<name>:error' for the flow to see; nothing to raise to.
-                    await session.call(action.resolver)
+            with anyio.CancelScope() as self._lane_scope:
+                if self._closed:
+                    return
+                while self._calls and not self._closed:
+                    action = self._calls.pop(0)
+                    with contextlib.suppress(SlateError):
+                        # Its error is in '<name>:error' for the flow to see: nothing to raise.
+                        await session.call(action.resolver)
         finally:
             lane, self._lane = self._lane, None
             if lane is not None:
@@ -712,19 +745,20 @@ class FlowRunner:
         if self.state._tx_open:
             with self._committed():
                 self._settle_changes(changes)
-            return
-        self._settle_changes(changes)
+        else:
+            self._settle_changes(changes)
 
     def _settle_changes(self, changes: tuple[Change, ...]) -> None:
+        key_steps = self._key_steps
+        key_resets = self._key_resets
+        push = self._push
         with self._lock:
             if self._closed:
                 return
-            key_steps = self._key_steps
-            key_resets = self._key_resets
             for change in changes:
                 key = change.key
                 for i in key_steps.get(key, ()):
-                    self._push(i)
+                    push(i)
                 if key_resets:
                     self._dirty_resets.update(key_resets.get(key, ()))
             events = self._latch()
@@ -1005,35 +1039,46 @@ class FlowRunner:
         await self._wait(lambda: self._complete, timeout, "the flow to complete")
 
     async def _wait(self, check: Callable[[], bool], timeout: float | None, what: str) -> None:
-        with self._lock:
-            if check():
-                return
-            self._check_open()
-            waiter = _Waiter(check)
-            self._waiters.append(waiter)
-        try:
-            if timeout is None:
-                await waiter.event.wait()
-            else:
-                clock = self.session.clock if self.session is not None else None
-                with (
-                    clock.deadline(timeout)
-                    if clock is not None
-                    else anyio.move_on_after(timeout) as scope
-                ):
+        if timeout is not None and (
+            type(timeout) not in (int, float) or not math.isfinite(timeout)
+        ):
+            raise FlowError(
+                f"flow {self.name!r}: the timeout waiting for {what} must be a finite number of "
+                f"seconds or None, got {timeout!r}"
+            )
+        clock = self.session.clock if self.session is not None else None
+        deadline = None if timeout is None else _now(clock) + timeout
+        while True:
+            with self._lock:
+                if check():
+                    return
+                self._check_open()
+                waiter = _Waiter(check)
+                self._waiters.append(waiter)
+            try:
+                if deadline is None:
                     await waiter.event.wait()
-                if scope.cancelled_caught and not waiter.event.is_set():
-                    raise WaitTimeoutError(
-                        f"flow {self.name!r}: waited {timeout}s for {what}\n{self.explain()}"
-                    )
-        finally:
-            with self._lock, contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-        with self._lock:
-            if not check():
+                else:
+                    left = deadline - _now(clock)
+                    with (
+                        clock.deadline(left)
+                        if clock is not None
+                        else anyio.move_on_after(left) as scope
+                    ):
+                        await waiter.event.wait()
+                    if scope.cancelled_caught and not waiter.event.is_set():
+                        raise WaitTimeoutError(
+                            f"flow {self.name!r}: waited {timeout}s for {what}\n{self.explain()}"
+                        )
+            finally:
+                with self._lock, contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            if self._closed and not check():
                 raise FlowError(
                     f"flow {self.name!r} was closed while waiting for {what}\n{self.explain()}"
                 )
+            # Woken: reached (checked at the top), or reached and left again before this task
+            # ran (a gate flicker, a reset); then wait on.
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1045,6 +1090,8 @@ class FlowRunner:
                 return
             self._closed = True
             self._calls.clear()
+            if self._lane_scope is not None:
+                self._lane_scope.cancel()
             waiters, self._waiters = self._waiters, []
         if self._sub is not None:
             self._sub.close()

@@ -137,8 +137,15 @@ class ManualClock:
     def _add(self, seconds: float, timer: _Timer) -> None:
         heapq.heappush(self._heap, (timer.due, next(self._order), timer))
 
+    @staticmethod
+    def _check(seconds: float, what: str) -> None:
+        # A NaN timer is never due and never leaves the heap: advance() would spin forever.
+        if math.isnan(seconds):
+            raise ValueError(f"ManualClock.{what}() needs a number of seconds, got nan")
+
     async def sleep(self, seconds: float) -> None:
         """Wait until the clock has been advanced by ``seconds`` (a checkpoint when <= 0)."""
+        self._check(seconds, "sleep")
         if seconds <= 0:
             await anyio.lowlevel.checkpoint()
             return
@@ -152,6 +159,7 @@ class ManualClock:
 
     def deadline(self, seconds: float) -> AbstractContextManager[anyio.CancelScope]:
         """A cancel scope cancelled once the clock has been advanced by ``seconds``."""
+        self._check(seconds, "deadline")
         return self._deadline(seconds)
 
     @contextmanager
