@@ -330,7 +330,7 @@ class FlowRunner:
         self._heap: list[int] = []
         self._queued = [False] * n
         self._dirty_resets: set[int] = set()
-        self._published: tuple[list[str], list[str], bool] | None = None
+        self._keys_dirty = 7  # which flow keys to write next: 1 active, 2 done, 4 complete
         self._waiters: list[_Waiter] = []
         self._deliveries: list[BackgroundResult] = []
         self.violations: list[Violation] = []
@@ -363,7 +363,8 @@ class FlowRunner:
                 self._dirty_resets.update(range(len(self._resets)))
                 events = self._latch()
                 self._starting = False
-            self._publish(events, force=True)
+                self._write_keys()
+            self._publish(events)
         except BaseException:
             self.close()  # unsubscribe and free the flow's name
             raise
@@ -472,10 +473,11 @@ class FlowRunner:
         try:
             return guard.evaluate(self.state, self._mark() if marking else EMPTY_MARKING)
         except Exception:
-            log.exception(
-                "flow %r: the guard %s raised; it counts as not holding", self.name, where()
-            )
-            return False
+            return self._broken(where)
+
+    def _broken(self, where: Callable[[], str]) -> bool:
+        log.exception("flow %r: the guard %s raised; it counts as not holding", self.name, where())
+        return False
 
     def _eligible(self, rt: _Rt) -> bool:
         done = self._done
@@ -519,6 +521,7 @@ class FlowRunner:
         complete = self._is_complete()
         if complete != self._complete:
             self._complete = complete
+            self._keys_dirty |= 4
             if complete:
                 events.append(("complete", -1))
         return events
@@ -526,6 +529,7 @@ class FlowRunner:
     def _set_done(self, i: int, value: bool) -> None:
         self._done[i] = value
         self._marking = None
+        self._keys_dirty |= 2
         step = self.flow.steps[i]
         if value:
             self._done_ids.add(i, step.id)
@@ -537,25 +541,42 @@ class FlowRunner:
             self._required_left += -1 if value else 1
         if step.terminal:
             self._terminals_done += 1 if value else -1
+        queued = self._queued
         for j in self._on_done[i]:
-            self._push(j)
-        self._dirty_resets.update(self._reset_on_done[i])
+            if not queued[j]:
+                queued[j] = True
+                heapq.heappush(self._heap, j)
+        if self._reset_on_done[i]:
+            self._dirty_resets.update(self._reset_on_done[i])
 
     def _set_active(self, i: int, value: bool) -> None:
         self._active[i] = value
+        self._keys_dirty |= 1
         if value:
             self._active_ids.add(i, self.flow.steps[i].id)
         else:
             self._active_ids.discard(i)
 
     def _settle(self, i: int, events: list[tuple[str, int]]) -> None:
+        """Decide step ``i`` now: done, active or neither (the hot path of every change)."""
         if self._done[i]:
             return
         rt = self._rt[i]
         simple = rt.simple
         if self._done[simple] if simple is not None else self._eligible(rt):
             done = rt.done
-            if rt.terminal or (done is not None and self._holds(done, rt.done_m, rt.done_label)):
+            if rt.terminal:
+                finished = True
+            elif done is None:
+                finished = False
+            else:
+                try:
+                    finished = done.evaluate(
+                        self.state, self._mark() if rt.done_m else EMPTY_MARKING
+                    )
+                except Exception:
+                    finished = self._broken(rt.done_label)
+            if finished:
                 if self._active[i]:
                     self._set_active(i, False)
                 self._set_done(i, True)
@@ -598,16 +619,13 @@ class FlowRunner:
 
     # -- publishing --------------------------------------------------------------------------
 
-    def _publish(self, events: list[tuple[str, int]], *, force: bool = False) -> None:
-        """Write the flow keys, send the signals and start on_enter actions.
+    def _publish(self, events: list[tuple[str, int]]) -> None:
+        """Send the signals, start on_enter actions, wake waiters, deliver the flow keys.
 
-        The keys are committed under the runner's lock (so two threads never write them out of
-        order) but delivered after the signals, so a receiver reacting to them starts its own
-        settling only once this one is fully told.
+        The keys were committed under the runner's lock, right after the settling (so two
+        threads never write them out of order), but are delivered only now, after the signals:
+        a receiver reacting to them starts its own settling once this one is fully told.
         """
-        if events or force:
-            with self._lock:
-                self._write_keys()
         steps = self.flow.steps
         for kind, i in events:
             if kind == "enter":
@@ -629,23 +647,16 @@ class FlowRunner:
             self.state._deliver()
 
     def _write_keys(self) -> None:
-        old = self._published
-        active, done, complete = self._active_ids.ids, self._done_ids.ids, self._complete
-        writes: dict[str, Any] = {}
+        """Commit the flow keys that changed (call under the lock; delivered by _publish)."""
+        dirty, self._keys_dirty = self._keys_dirty, 0
         keys = self._keys
-        if old is None or old[0] != active:
-            writes[keys[0]] = active = list(active)
-        else:
-            active = old[0]
-        if old is None or old[1] != done:
-            writes[keys[1]] = done = list(done)
-        else:
-            done = old[1]
-        if old is None or old[2] != complete:
-            writes[keys[2]] = complete
-        if not writes:
-            return
-        self._published = (active, done, complete)
+        writes: dict[str, Any] = {}
+        if dirty & 1:
+            writes[keys[0]] = list(self._active_ids.ids)
+        if dirty & 2:
+            writes[keys[1]] = list(self._done_ids.ids)
+        if dirty & 4:
+            writes[keys[2]] = self._complete
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
             self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
@@ -762,6 +773,8 @@ class FlowRunner:
                 if key_resets:
                     self._dirty_resets.update(key_resets.get(key, ()))
             events = self._latch()
+            if self._keys_dirty:
+                self._write_keys()
         if events:
             self._publish(events)
 
@@ -772,6 +785,8 @@ class FlowRunner:
                 self._push(i)
             self._dirty_resets.update(range(len(self._resets)))
             events = self._latch()
+            if self._keys_dirty:
+                self._write_keys()
         self._publish(events)
 
     def advance(self) -> None:
@@ -800,6 +815,8 @@ class FlowRunner:
                 self._push(i)
             self._dirty_resets.update(self._reset_on_tool.get(tool, self._reset_any))
             events = self._latch()
+            if self._keys_dirty:
+                self._write_keys()
         self._publish(events)
 
     def _check_open(self) -> None:
