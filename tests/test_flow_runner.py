@@ -1728,3 +1728,15 @@ def test_advancing_inside_a_transaction_does_not_latch_uncommitted_values() -> N
         tool_handler()
     assert "booking:id" not in state
     assert runner.done_steps == []
+
+
+def test_a_state_with_an_unclosed_runner_can_be_garbage_collected() -> None:
+    import gc
+    import weakref
+
+    state = State()
+    FlowRunner(Flow("leaky", [Step("a", done=is_set("k"))]), state)
+    gone = weakref.ref(state)
+    del state
+    gc.collect()
+    assert gone() is None

@@ -264,7 +264,11 @@ class _Waiter:
             self.token.backend_class.run_sync_soon(self.event.set, (), self.token.native_token)
 
 
-_running: weakref.WeakKeyDictionary[State, dict[str, FlowRunner]] = weakref.WeakKeyDictionary()
+# The runners on each State by flow name. Weak both ways: the State holds its runners (through
+# their subscriptions), so a strong value here would keep every State alive forever.
+_running: weakref.WeakKeyDictionary[State, dict[str, weakref.ref[FlowRunner]]] = (
+    weakref.WeakKeyDictionary()
+)
 _running_lock = threading.Lock()
 
 
@@ -346,13 +350,14 @@ class FlowRunner:
         self._keys = tuple(f"flow:{flow.name}:{k}" for k in ("active", "done", "complete"))
         with _running_lock:
             mine = _running.setdefault(state, {})
-            other = mine.get(flow.name)
+            ref = mine.get(flow.name)
+            other = ref() if ref is not None else None
             if other is not None and not other._closed:
                 raise FlowError(
                     f"a flow named {flow.name!r} is already running on this State; close it "
                     "(runner.close()) or give this flow another name"
                 )
-            mine[flow.name] = self
+            mine[flow.name] = weakref.ref(self)
         watched = sorted(self._key_steps.keys() | self._key_resets.keys())
         # No keys at all must not mean every key: subscribe only when a guard reads one.
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
@@ -1114,7 +1119,8 @@ class FlowRunner:
             self._sub.close()
         with _running_lock:
             mine = _running.get(self.state)
-            if mine is not None and mine.get(self.name) is self:
+            ref = mine.get(self.name) if mine is not None else None
+            if mine is not None and ref is not None and ref() is self:
                 del mine[self.name]
         for w in waiters:
             w.wake()
