@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "CursorExpiredError",
     "DispatchRejectedError",
+    "FakeScriptError",
     "FlowDefinitionError",
     "FlowError",
     "FlowFormatError",
@@ -185,3 +186,8 @@ class FlowError(SlateError):
     """A flow runner was misused: an unknown step name, a runner used after ``close()``, an
     ``on_enter`` action with no session to run it in. (Waits that time out raise
     :class:`WaitTimeoutError`.)"""
+
+
+class FakeScriptError(SlateError):
+    """A testing fake was used beyond its script: called more often than it has replies, or
+    asked to complete a call that is not waiting. The message says how many were scripted."""

@@ -1,0 +1,26 @@
+"""The testing kit: fakes, a scripted LLM, a manual clock and a conversation script, so a flow
+can be unit-tested with no network, no sleeps and no flakiness."""
+
+from ..resolve import ManualClock
+from ..resolve.clock import settle
+from .asserts import assert_provenance, assert_resolved, assert_step, recent_journal, why
+from .fakes import Fake, FakeCall, fake_agent, fake_fetch
+from .script import ConversationScript
+from .scripted_llm import Reply, ScriptedLLM
+
+__all__ = [
+    "ConversationScript",
+    "Fake",
+    "FakeCall",
+    "ManualClock",
+    "Reply",
+    "ScriptedLLM",
+    "assert_provenance",
+    "assert_resolved",
+    "assert_step",
+    "fake_agent",
+    "fake_fetch",
+    "recent_journal",
+    "settle",
+    "why",
+]

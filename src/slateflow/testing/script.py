@@ -1,0 +1,188 @@
+"""ConversationScript: drive a flow turn by turn, the way a caller would talk to the agent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..flow import Enforcement, Flow, FlowRunner, Verdict
+from ..resolve import ManualClock, Session
+from ..resolve.clock import settle
+from .asserts import assert_resolved, assert_step, why
+from .fakes import Fake
+
+__all__ = ["ConversationScript"]
+
+_UNSET: Any = object()
+
+
+class ConversationScript:
+    """A conversation with a flow, as a test script.
+
+    Actions are awaited (each lets the session's tasks run until they are blocked again):
+    ``start(flow)``, ``user(text)``, ``tool_ok(tool)``, ``resolve(name, value)``,
+    ``fail(name, error)``, ``advance(seconds)``. Expectations are plain calls that raise
+    ``AssertionError`` with the flow's explanation and the recent journal: ``expect_step``,
+    ``expect_done``, ``expect_key``, ``expect_refused``, ``expect_admitted``,
+    ``expect_resolved``, ``expect_complete``.
+
+    ``fakes`` maps resolver names to their :class:`Fake` sources, so ``resolve("availability",
+    {...})`` answers the held call of that resolver. The user's words go to
+    ``transcript_key`` (source ``"user"``); ``user()`` then ends the turn: the runner's
+    ``on_turn()`` runs and ``turn:`` keys are cleared.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        fakes: Mapping[str, Fake] | None = None,
+        transcript_key: str = "turn:transcript",
+    ) -> None:
+        self.session = session
+        self.state = session.state
+        self.fakes: dict[str, Fake] = dict(fakes or {})
+        self.transcript_key = transcript_key
+        self.transcript: list[str] = []
+        self._runner: FlowRunner | None = None
+
+    @property
+    def runner(self) -> FlowRunner:
+        """The runner of the started flow."""
+        if self._runner is None:
+            raise AssertionError("the script has no flow yet: await script.start(flow) first")
+        return self._runner
+
+    def use(self, name: str, fake: Fake) -> Fake:
+        """Register ``fake`` as the source of resolver ``name``; returns it."""
+        self.fakes[name] = fake
+        return fake
+
+    async def settle(self) -> None:
+        """Let the session's tasks run until every one is blocked (time does not move)."""
+        clock = self.session.clock
+        if isinstance(clock, ManualClock):
+            await clock.advance(0)
+        else:
+            await settle()
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def start(
+        self, flow: Flow, *, enforcement: Enforcement | str = Enforcement.ENFORCE
+    ) -> FlowRunner:
+        """Start ``flow`` in the session; returns its runner."""
+        self._runner = self.session.run_flow(flow, enforcement=enforcement)
+        await self.settle()
+        return self._runner
+
+    async def user(self, text: str) -> None:
+        """The caller says ``text``: it is written to the transcript, then the turn ends."""
+        self.transcript.append(text)
+        self.state.set(self.transcript_key, text, source="user", writer="caller")
+        await self.settle()
+        if self._runner is not None:
+            await self._runner.on_turn()
+        self.state.end_turn()
+        await self.settle()
+
+    async def say(self, **facts: Any) -> None:
+        """Facts an extractor recognised this turn, written with source ``"extraction"``
+        (keyword names use ``__`` for ``:``: ``booking__date="Tuesday"``)."""
+        self.state.update(
+            {k.replace("__", ":"): v for k, v in facts.items()},
+            source="extraction",
+            writer="script",
+        )
+        await self.settle()
+
+    async def tool_ok(self, tool: str) -> None:
+        """The model calls ``tool`` and it succeeds. Fails the test if the flow refuses it."""
+        admission = self.runner.admit(tool)
+        if not admission.allowed:
+            raise AssertionError(
+                f"the flow refused {tool!r}: {admission.reason}\n{why(self.runner, self.state)}"
+            )
+        self.runner.on_tool_ok(tool)
+        await self.settle()
+
+    def _fake(self, name: str) -> Fake:
+        fake = self.fakes.get(name)
+        if fake is None:
+            known = ", ".join(sorted(self.fakes)) or "none"
+            raise AssertionError(
+                f"no fake is registered for resolver {name!r} (registered: {known}); pass "
+                "fakes={name: fake} to the script or call script.use(name, fake)"
+            )
+        return fake
+
+    async def resolve(self, name: str, value: Any) -> None:
+        """Answer the held call of resolver ``name``'s fake with ``value``."""
+        await self.settle()  # a call just dispatched may not have reached its fake yet
+        self._fake(name).complete(value)
+        await self.settle()
+
+    async def fail(self, name: str, error: BaseException | str) -> None:
+        """Make the held call of resolver ``name``'s fake raise ``error``."""
+        await self.settle()
+        self._fake(name).fail(error)
+        await self.settle()
+
+    async def advance(self, seconds: float) -> None:
+        """Move the session's manual clock on by ``seconds``."""
+        clock = self.session.clock
+        if not isinstance(clock, ManualClock):
+            raise AssertionError("advance() needs a Session with a ManualClock")
+        await clock.advance(seconds)
+
+    # -- expectations ------------------------------------------------------------------------
+
+    def expect_step(self, step: str) -> None:
+        """The flow is at ``step`` (it is active)."""
+        assert_step(self.runner, step)
+
+    def expect_done(self, step: str) -> None:
+        """``step`` is done."""
+        assert_step(self.runner, step, Verdict.DONE)
+
+    def expect_key(self, key: str, value: Any = _UNSET) -> None:
+        """``key`` is set (to ``value``, when given)."""
+        got = self.state.get(key, _UNSET)
+        if got is _UNSET:
+            raise AssertionError(f"expected {key!r} to be set\n{why(self._runner, self.state)}")
+        if value is not _UNSET and (got != value or type(got) is not type(value)):
+            raise AssertionError(
+                f"expected {key!r} to be {value!r}, got {got!r}\n{why(self._runner, self.state)}"
+            )
+
+    def expect_refused(self, tool: str, reason: str | None = None) -> str:
+        """The flow refuses ``tool`` now (with ``reason`` in its message, when given); returns
+        the reason. Records nothing, even in observe mode."""
+        refusal = self.runner.why_blocked(tool)
+        if refusal is None:
+            raise AssertionError(
+                f"expected the flow to refuse {tool!r}, but it admits it\n"
+                + why(self.runner, self.state)
+            )
+        if reason is not None and reason not in refusal:
+            raise AssertionError(f"{tool!r} is refused, but not for {reason!r}: {refusal}")
+        return refusal
+
+    def expect_admitted(self, tool: str) -> None:
+        """The flow admits ``tool`` now."""
+        refusal = self.runner.why_blocked(tool)
+        if refusal is not None:
+            raise AssertionError(
+                f"expected {tool!r} to be admitted, but: {refusal}\n" + why(self.runner, self.state)
+            )
+
+    def expect_resolved(self, name: str, value: Any = _UNSET) -> None:
+        """Resolver ``name`` has a result (equal to ``value``, when given)."""
+        assert_resolved(self.state, name, value)
+
+    def expect_complete(self) -> None:
+        """The flow is complete."""
+        if not self.runner.is_complete:
+            raise AssertionError(
+                "expected the flow to be complete\n" + why(self.runner, self.state)
+            )

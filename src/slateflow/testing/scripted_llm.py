@@ -1,0 +1,76 @@
+"""ScriptedLLM: an LLM that answers from a script and records every request."""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
+
+from ..errors import FakeScriptError
+from ..resolve.llm import LLMRequest, LLMResponse
+
+__all__ = ["Reply", "ScriptedLLM"]
+
+Reply: TypeAlias = str | LLMResponse | BaseException | Callable[[LLMRequest], Any]
+"""One scripted answer: text, a full response, an exception to raise, or a callable over the
+request (sync or async) returning text or a response."""
+
+
+class ScriptedLLM:
+    """An :class:`~slateflow.LLM` for tests: each ``generate`` takes the next scripted reply.
+
+    ``requests`` records every request (with its rendered prompt) in order; ``last_request`` is
+    the newest. A call past the end of the script raises :class:`FakeScriptError` saying how
+    many replies it had, so a resolver records that as its error and the test sees why.
+    """
+
+    def __init__(self, replies: Iterable[Reply] = (), *, model: str = "scripted") -> None:
+        self._replies: deque[Reply] = deque(replies)
+        self._total = len(self._replies)
+        self.model = model
+        self.requests: list[LLMRequest] = []
+
+    def add(self, *replies: Reply) -> ScriptedLLM:
+        """Append replies to the script; returns the LLM."""
+        self._replies.extend(replies)
+        self._total += len(replies)
+        return self
+
+    @property
+    def last_request(self) -> LLMRequest:
+        """The newest request; raises :class:`FakeScriptError` if there was none."""
+        if not self.requests:
+            raise FakeScriptError("the ScriptedLLM has not been called yet")
+        return self.requests[-1]
+
+    @property
+    def remaining(self) -> int:
+        """Replies not used yet."""
+        return len(self._replies)
+
+    async def generate(self, request: LLMRequest, /) -> LLMResponse:
+        self.requests.append(request)
+        if not self._replies:
+            raise FakeScriptError(
+                f"ScriptedLLM was called {len(self.requests)} times but its script has "
+                f"{self._total} repl{'y' if self._total == 1 else 'ies'}; the unanswered "
+                f"prompt was {request.prompt!r}"
+            )
+        reply = self._replies.popleft()
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply) and not isinstance(reply, LLMResponse):
+            out = reply(request)
+            reply = await out if inspect.isawaitable(out) else out
+        if isinstance(reply, LLMResponse):
+            return reply
+        if not isinstance(reply, str):
+            raise FakeScriptError(
+                f"ScriptedLLM reply {len(self.requests)} is a {type(reply).__name__}; a reply is "
+                "text, an LLMResponse, an exception or a callable returning text"
+            )
+        return LLMResponse(text=reply, model=request.model or self.model)
+
+    def __repr__(self) -> str:
+        return f"<ScriptedLLM: {len(self.requests)} request(s), {self.remaining} repl(ies) left>"
