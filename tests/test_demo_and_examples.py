@@ -27,6 +27,7 @@ DOC_PAGES = [
     "docs/resolvers.md",
     "docs/guards.md",
     "docs/flows.md",
+    "docs/testing.md",
     "docs/errors.md",
 ]
 
