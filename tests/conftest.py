@@ -7,6 +7,8 @@ import warnings
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 # When a property fails, hypothesis's pytest plugin imports its patch writer, which may import
 # libcst, which raises a DeprecationWarning at import time; under filterwarnings=error that turns
 # the failure report into a pytest INTERNALERROR that hides the failure. Import it now, quietly.

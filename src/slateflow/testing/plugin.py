@@ -1,0 +1,116 @@
+"""The slateflow pytest plugin (registered through the ``pytest11`` entry point).
+
+Fixtures: ``slate_state`` (a fresh State), ``slate_clock`` (a ManualClock), ``scripted_llm`` (an
+empty ScriptedLLM; ``scripted_llm.add(...)`` the replies), ``slate_session`` (an open Session
+over ``slate_state`` on ``slate_clock``: async), ``conversation`` (a ConversationScript over it).
+
+``slate_session`` works under anyio's pytest plugin (``@pytest.mark.anyio``, asyncio and trio)
+and under pytest-asyncio in strict mode (``@pytest.mark.asyncio``) and auto mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+import anyio
+import pytest
+
+from ..resolve import ManualClock, Session
+from ..state import State
+from .script import ConversationScript
+from .scripted_llm import ScriptedLLM
+
+__all__ = ["conversation", "scripted_llm", "slate_clock", "slate_session", "slate_state"]
+
+
+@pytest.fixture
+def slate_state() -> State:
+    """A fresh State."""
+    return State()
+
+
+@pytest.fixture
+def slate_clock() -> ManualClock:
+    """A ManualClock: time moves only when the test calls ``await slate_clock.advance(s)``."""
+    return ManualClock()
+
+
+@pytest.fixture
+def scripted_llm() -> ScriptedLLM:
+    """An empty ScriptedLLM; add its replies with ``scripted_llm.add("...")``."""
+    return ScriptedLLM()
+
+
+@pytest.fixture
+async def slate_session(
+    slate_state: State, slate_clock: ManualClock, request: pytest.FixtureRequest
+) -> AsyncIterator[Session]:
+    """An open Session over ``slate_state`` on ``slate_clock``; closed after the test."""
+    if "anyio_backend" in request.fixturenames:
+        # anyio runs an async generator fixture in one task from setup to teardown.
+        async with Session(slate_state, clock=slate_clock) as session:
+            yield session
+        return
+    # pytest-asyncio runs setup, the test and teardown as separate tasks, but a Session's task
+    # group must be entered and left by one task: host it in a task of its own.
+    async for session in _hosted(Session(slate_state, clock=slate_clock)):
+        yield session
+
+
+async def _hosted(session: Session) -> AsyncIterator[Session]:
+    import asyncio  # only pytest-asyncio takes this path, and it runs asyncio
+
+    opened = anyio.Event()
+    leave = anyio.Event()
+    failure: list[BaseException] = []
+
+    async def host() -> None:
+        try:
+            async with session:
+                opened.set()
+                await leave.wait()
+        except BaseException as exc:
+            failure.append(exc)
+            opened.set()
+            raise
+
+    task = asyncio.get_running_loop().create_task(host())
+    await opened.wait()
+    if failure:
+        await task
+    try:
+        yield session
+    finally:
+        leave.set()
+        await task
+
+
+@pytest.fixture
+def conversation(slate_session: Session) -> ConversationScript:
+    """A ConversationScript over ``slate_session`` (register fakes with ``conversation.use``)."""
+    return ConversationScript(slate_session)
+
+
+# What @pytest_asyncio.fixture sets: pytest-asyncio in strict mode runs the fixture (and does not
+# warn that a test asks for an unmarked async fixture). Tests run by anyio hide it (below).
+_unwrap = getattr(slate_session, "_get_wrapped_function", None)  # pytest >= 8.4 wraps fixtures
+_session_function: Any = _unwrap() if _unwrap is not None else slate_session
+_session_function._force_asyncio_fixture = True
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> Generator[None, Any, Any]:
+    """For a test anyio runs, hide ``slate_session`` from pytest-asyncio: anyio runs it."""
+    func = fixturedef.func
+    if (
+        getattr(func, "_force_asyncio_fixture", False)
+        and getattr(func, "__module__", None) == __name__
+        and "anyio_backend" in request.fixturenames
+    ):
+        func._force_asyncio_fixture = False
+        try:
+            return (yield)
+        finally:
+            func._force_asyncio_fixture = True
+    return (yield)

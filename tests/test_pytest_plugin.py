@@ -1,0 +1,167 @@
+"""The slateflow pytest plugin, run in fresh pytest processes: under anyio's plugin (asyncio and
+trio), under pytest-asyncio in strict and in auto mode, and a failing expectation's report."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+BODY = """
+from slateflow import Flow, Resolver, Step, called_ok, captured, resolved, run
+from slateflow.testing import ConversationScript, fake_fetch
+
+
+def booking(lookup):
+    return Flow(
+        "booking",
+        [
+            Step("slot", done=captured("booking:date")),
+            Step(
+                "check",
+                after=["slot"],
+                done=resolved("availability"),
+                on_enter=run(Resolver.fetch("availability", lookup), "dispatch"),
+            ),
+            Step("book", after=["check"], done=called_ok("book_table"), allow=["book_table"]),
+        ],
+    )
+
+
+async def conversation_case(conversation, slate_state):
+    lookup = conversation.use("availability", fake_fetch())
+    await conversation.start(booking(lookup))
+    conversation.expect_step("slot")
+    await conversation.say(booking__date="Saturday")
+    conversation.expect_step("check")
+    await conversation.resolve("availability", {"open": True})
+    conversation.expect_step("book")
+    await conversation.tool_ok("book_table")
+    conversation.expect_complete()
+    assert slate_state.get("flow:booking:complete") is True
+
+
+async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
+    scripted_llm.add("hello")
+    greet = Resolver.llm("greet", scripted_llm, "Greet {caller:name}")
+    slate_state.set("caller:name", "Ada")
+    slow = Resolver.fetch("slow", fake_fetch(returns=1, delay=5, clock=slate_clock))
+    slate_session.dispatch(slow)
+    assert await slate_session.call(greet) == "hello"
+    await slate_clock.advance(4.9)
+    assert slate_state.get("slow:status") == "running"
+    await slate_clock.advance(0.1)
+    assert slate_state.get("slow:result") == 1
+    assert scripted_llm.last_request.prompt == "Greet Ada"
+"""
+
+ANYIO = (
+    BODY
+    + """
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request):
+    return request.param
+
+
+@pytest.mark.anyio
+async def test_conversation(conversation, slate_state):
+    await conversation_case(conversation, slate_state)
+
+
+@pytest.mark.anyio
+async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+"""
+)
+
+STRICT = (
+    BODY
+    + """
+import pytest
+
+
+@pytest.mark.asyncio
+async def test_conversation(conversation, slate_state):
+    await conversation_case(conversation, slate_state)
+
+
+@pytest.mark.asyncio
+async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+"""
+)
+
+AUTO = (
+    BODY
+    + """
+async def test_conversation(conversation, slate_state):
+    await conversation_case(conversation, slate_state)
+
+
+async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+"""
+)
+
+INI = """
+[pytest]
+asyncio_mode = {mode}
+asyncio_default_fixture_loop_scope = function
+filterwarnings = error
+"""
+
+
+def run(pytester: pytest.Pytester, source: str, mode: str) -> pytest.RunResult:
+    pytester.makeini(INI.format(mode=mode))
+    pytester.makepyfile(test_kit=source)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+
+
+def test_the_fixtures_work_under_anyio_on_asyncio_and_trio(pytester: pytest.Pytester) -> None:
+    result = run(pytester, ANYIO, "strict")
+    result.assert_outcomes(passed=4)
+
+
+def test_the_fixtures_work_under_pytest_asyncio_strict_mode(pytester: pytest.Pytester) -> None:
+    result = run(pytester, STRICT, "strict")
+    result.assert_outcomes(passed=2)
+
+
+def test_the_fixtures_work_under_pytest_asyncio_auto_mode(pytester: pytest.Pytester) -> None:
+    result = run(pytester, AUTO, "auto")
+    result.assert_outcomes(passed=2)
+
+
+FAILING = (
+    BODY
+    + """
+import pytest
+
+
+@pytest.mark.asyncio
+async def test_the_lookup_never_answers(conversation):
+    lookup = conversation.use("availability", fake_fetch())
+    await conversation.start(booking(lookup))
+    await conversation.say(booking__date="Saturday")
+    conversation.expect_step("book")  # the lookup is still held: this fails
+"""
+)
+
+
+def test_a_failed_expectation_says_why_the_flow_did_not_move(pytester: pytest.Pytester) -> None:
+    result = run(pytester, FAILING, "strict")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*expected step 'book' to be active, but it is pending (active: check)*",
+            "*flow 'booking': not complete; active: check; done: slot*",
+            "*step 'check' waits for:*",
+            "*'availability' must have a result: 'availability:status' is \"running\"*",
+            "*recent changes:*",
+            '*booking:date = "Saturday"  (extraction/script)*',
+            '*availability:status = "running"  (fetch/availability)*',
+        ]
+    )
