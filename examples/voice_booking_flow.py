@@ -92,6 +92,13 @@ def booking_flow(lookup: Resolver) -> Flow:
                 allow=["book_table"],
                 posture="Book the table now.",
             ),
+            Step(
+                "sorry",
+                after=[edge("check", when=failed("availability"))],
+                done=called_ok("transfer_to_human"),
+                allow=["transfer_to_human"],
+                posture="Apologise: the book cannot be checked now; offer a transfer to a person.",
+            ),
             Step("goodbye", after=["book"], terminal=True, posture="Thank the caller."),
         ],
         constraints=[commit("book_table", until=is_true("booking:confirmed")), require("book")],

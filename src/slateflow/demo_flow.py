@@ -70,6 +70,13 @@ def booking_flow(lookup: Resolver) -> Flow:
                 ground="Booking: {booking:date} at {booking:time} for {booking:party_size}.",
             ),
             Step("book", after=["confirm"], done=called_ok("book_table"), allow=["book_table"]),
+            Step(
+                "sorry",
+                after=[edge("check", when=failed("availability"))],
+                done=called_ok("transfer_to_human"),
+                allow=["transfer_to_human"],
+                posture="Apologise and offer a transfer to a person.",
+            ),
             Step("goodbye", after=["book"], terminal=True, posture="Thank the caller."),
         ],
         constraints=[commit("book_table", until=is_true("booking:confirmed")), require("book")],
