@@ -86,14 +86,13 @@ class ConversationScript:
         self.state.end_turn()
         await self.settle()
 
-    async def say(self, **facts: Any) -> None:
-        """Facts an extractor recognised this turn, written with source ``"extraction"``
-        (keyword names use ``__`` for ``:``: ``booking__date="Tuesday"``)."""
-        self.state.update(
-            {k.replace("__", ":"): v for k, v in facts.items()},
-            source="extraction",
-            writer="script",
-        )
+    async def say(self, facts: Mapping[str, Any] | None = None, /, **named: Any) -> None:
+        """Facts an extractor recognised this turn, written in one batch with source
+        ``"extraction"``: a mapping of keys to values, or keywords with ``__`` for ``:``
+        (``booking__date="Tuesday"`` writes ``booking:date``)."""
+        writes = dict(facts or {})
+        writes.update({k.replace("__", ":"): v for k, v in named.items()})
+        self.state.update(writes, source="extraction", writer="script")
         await self.settle()
 
     async def tool_ok(self, tool: str) -> None:
