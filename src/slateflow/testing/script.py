@@ -8,6 +8,7 @@ from typing import Any
 from ..flow import Enforcement, Flow, FlowRunner, Verdict
 from ..resolve import ManualClock, Session
 from ..resolve.clock import settle
+from ..state import Key
 from .asserts import assert_resolved, assert_step, why
 from .fakes import Fake
 
@@ -90,7 +91,7 @@ class ConversationScript:
         """Facts an extractor recognised this turn, written in one batch with source
         ``"extraction"``: a mapping of keys to values, or keywords with ``__`` for ``:``
         (``booking__date="Tuesday"`` writes ``booking:date``)."""
-        writes = dict(facts or {})
+        writes: dict[str | Key[Any], Any] = dict(facts or {})
         writes.update({k.replace("__", ":"): v for k, v in named.items()})
         self.state.update(writes, source="extraction", writer="script")
         await self.settle()
