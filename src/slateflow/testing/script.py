@@ -91,8 +91,9 @@ class ConversationScript:
         """Facts an extractor recognised this turn, written in one batch with source
         ``"extraction"``: a mapping of keys to values, or keywords with ``__`` for ``:``
         (``booking__date="Tuesday"`` writes ``booking:date``)."""
-        writes: dict[str | Key[Any], Any] = dict(facts or {})
-        writes.update({k.replace("__", ":"): v for k, v in named.items()})
+        writes: dict[str | Key[Any], Any] = {**(facts or {})}
+        for name, value in named.items():
+            writes[name.replace("__", ":")] = value
         self.state.update(writes, source="extraction", writer="script")
         await self.settle()
 
