@@ -91,7 +91,9 @@ class ConversationScript:
         """Facts an extractor recognised this turn, written in one batch with source
         ``"extraction"``: a mapping of keys to values, or keywords with ``__`` for ``:``
         (``booking__date="Tuesday"`` writes ``booking:date``)."""
-        writes: dict[str | Key[Any], Any] = {**(facts or {})}
+        writes: dict[str | Key[Any], Any] = {}
+        for key, value in (facts or {}).items():
+            writes[key] = value
         for name, value in named.items():
             writes[name.replace("__", ":")] = value
         self.state.update(writes, source="extraction", writer="script")
