@@ -16,7 +16,9 @@ from ..state import State
 
 __all__ = ["assert_provenance", "assert_resolved", "assert_step", "recent_journal", "why"]
 
-_UNSET: Any = object()
+UNSET: Any = object()
+"""Marks an argument not given (``value=`` of the assertions)."""
+_UNSET = UNSET
 
 
 def recent_journal(state: State, count: int = 15) -> str:
@@ -25,6 +27,12 @@ def recent_journal(state: State, count: int = 15) -> str:
     try:
         changes = state.mutations_since(start)
     except CursorExpiredError:
+        # A small journal ring: show what it still holds.
+        try:
+            changes = state.mutations_since(state._ring.dropped_seq)
+        except CursorExpiredError:
+            return "(the journal no longer holds the recent changes)"
+    if not changes and state.cursor:
         return "(the journal no longer holds the recent changes)"
     lines = []
     for change in changes[-count:]:
@@ -56,8 +64,16 @@ def assert_step(runner: FlowRunner, step: str, verdict: Verdict | str = Verdict.
         )
 
 
-def assert_resolved(state: State, name: str, value: Any = _UNSET) -> None:
-    """Assert that resolver ``name`` has a result (equal to ``value``, when given)."""
+def shown(state: State, key: str, value: Any) -> str:
+    """``repr(value)``, masked when ``key`` is secret."""
+    return "'***'" if state.is_secret(key) else repr(value)
+
+
+def assert_resolved(
+    state: State, name: str, value: Any = _UNSET, *, runner: FlowRunner | None = None
+) -> None:
+    """Assert that resolver ``name`` has a result (equal to ``value``, when given); a failure
+    shows ``runner``'s explanation too, when given."""
     result_key = f"{name}:result"
     if not state.contains(result_key):
         status = state.get(f"{name}:status")
@@ -65,13 +81,14 @@ def assert_resolved(state: State, name: str, value: Any = _UNSET) -> None:
         detail = f"status {status!r}" + (f", error {error!r}" if error is not None else "")
         raise AssertionError(
             f"expected {name!r} to be resolved, but {result_key!r} is not set ({detail})\n"
-            + why(None, state)
+            + why(runner, state)
         )
     if value is not _UNSET:
         got = state.get(result_key)
         if got != value or type(got) is not type(value):
             raise AssertionError(
-                f"expected {result_key!r} to be {value!r}, got {got!r}\n" + why(None, state)
+                f"expected {result_key!r} to be {value!r}, got "
+                f"{shown(state, result_key, got)}\n" + why(runner, state)
             )
 
 
@@ -80,7 +97,9 @@ def assert_provenance(state: State, key: str, **fields: Any) -> None:
     ``confidence=``, or any ``meta`` entry (``mode="background"``)."""
     prov = state.provenance(key)
     if prov is None:
-        raise AssertionError(f"expected {key!r} to be set (to check its provenance)")
+        raise AssertionError(
+            f"expected {key!r} to be set (to check its provenance)\n" + why(None, state)
+        )
     known = {"source": prov.source, "writer": prov.writer, "confidence": prov.confidence}
     wrong = []
     for name, want in fields.items():
@@ -89,4 +108,6 @@ def assert_provenance(state: State, key: str, **fields: Any) -> None:
             shown = "missing" if got is _UNSET else repr(got)
             wrong.append(f"{name}: expected {want!r}, got {shown}")
     if wrong:
-        raise AssertionError(f"provenance of {key!r} does not match: " + "; ".join(wrong))
+        raise AssertionError(
+            f"provenance of {key!r} does not match: " + "; ".join(wrong) + "\n" + why(None, state)
+        )

@@ -75,14 +75,24 @@ class Fake:
         label: str | None = None,
     ) -> None:
         chosen = [
-            n
-            for n, v in (("returns", returns), ("raises", raises), ("script", script))
-            if v is not _UNSET and v is not None
+            name
+            for name, given in (
+                ("returns", returns is not _UNSET),
+                ("raises", raises is not None),
+                ("script", script is not None),
+            )
+            if given
         ]
         if len(chosen) > 1:
             raise ValueError(f"{kind}: give one of returns=, raises= or script=, not {chosen}")
-        if not isinstance(delay, int | float) or isinstance(delay, bool) or not delay >= 0:
-            raise ValueError(f"{kind}: delay must be a number of seconds >= 0, got {delay!r}")
+        if (
+            not isinstance(delay, int | float)
+            or isinstance(delay, bool)
+            or not 0 <= delay < float("inf")
+        ):
+            raise ValueError(
+                f"{kind}: delay must be a finite number of seconds >= 0, got {delay!r}"
+            )
         self.kind = kind
         self.label = label or kind
         self.returns = returns
@@ -148,7 +158,11 @@ class Fake:
             return self.returns
         held = _Held()
         self._held.append(held)
-        await held.event.wait()
+        try:
+            await held.event.wait()
+        finally:
+            if not held.event.is_set():  # cancelled (superseded, session closed): not waiting
+                self._held.remove(held)
         if held.error is not None:
             raise held.error
         return held.value

@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import FakeScriptError
 from ..flow import Enforcement, Flow, FlowRunner, Verdict
 from ..resolve import ManualClock, Session
 from ..resolve.clock import settle
 from ..state import Key
-from .asserts import assert_resolved, assert_step, why
+from .asserts import UNSET, assert_resolved, assert_step, shown, why
 from .fakes import Fake
 
 __all__ = ["ConversationScript"]
 
-_UNSET: Any = object()
+_UNSET = UNSET
 
 
 class ConversationScript:
@@ -122,13 +123,19 @@ class ConversationScript:
     async def resolve(self, name: str, value: Any) -> None:
         """Answer the held call of resolver ``name``'s fake with ``value``."""
         await self.settle()  # a call just dispatched may not have reached its fake yet
-        self._fake(name).complete(value)
+        try:
+            self._fake(name).complete(value)
+        except FakeScriptError as exc:
+            raise AssertionError(f"{exc}\n{why(self._runner, self.state)}") from None
         await self.settle()
 
     async def fail(self, name: str, error: BaseException | str) -> None:
         """Make the held call of resolver ``name``'s fake raise ``error``."""
         await self.settle()
-        self._fake(name).fail(error)
+        try:
+            self._fake(name).fail(error)
+        except FakeScriptError as exc:
+            raise AssertionError(f"{exc}\n{why(self._runner, self.state)}") from None
         await self.settle()
 
     async def advance(self, seconds: float) -> None:
@@ -155,7 +162,8 @@ class ConversationScript:
             raise AssertionError(f"expected {key!r} to be set\n{why(self._runner, self.state)}")
         if value is not _UNSET and (got != value or type(got) is not type(value)):
             raise AssertionError(
-                f"expected {key!r} to be {value!r}, got {got!r}\n{why(self._runner, self.state)}"
+                f"expected {key!r} to be {value!r}, got "
+                f"{shown(self.state, key, got)}\n{why(self._runner, self.state)}"
             )
 
     def expect_refused(self, tool: str, reason: str | None = None) -> str:
@@ -168,7 +176,10 @@ class ConversationScript:
                 + why(self.runner, self.state)
             )
         if reason is not None and reason not in refusal:
-            raise AssertionError(f"{tool!r} is refused, but not for {reason!r}: {refusal}")
+            raise AssertionError(
+                f"{tool!r} is refused, but not for {reason!r}: {refusal}\n"
+                + why(self.runner, self.state)
+            )
         return refusal
 
     def expect_admitted(self, tool: str) -> None:
@@ -181,7 +192,7 @@ class ConversationScript:
 
     def expect_resolved(self, name: str, value: Any = _UNSET) -> None:
         """Resolver ``name`` has a result (equal to ``value``, when given)."""
-        assert_resolved(self.state, name, value)
+        assert_resolved(self.state, name, value, runner=self._runner)
 
     def expect_complete(self) -> None:
         """The flow is complete."""

@@ -12,7 +12,9 @@ from ..resolve.llm import LLMRequest, LLMResponse
 
 __all__ = ["Reply", "ScriptedLLM"]
 
-Reply: TypeAlias = str | LLMResponse | BaseException | Callable[[LLMRequest], Any]
+Reply: TypeAlias = (
+    str | LLMResponse | BaseException | type[BaseException] | Callable[[LLMRequest], Any]
+)
 """One scripted answer: text, a full response, an exception to raise, or a callable over the
 request (sync or async) returning text or a response."""
 
@@ -57,8 +59,10 @@ class ScriptedLLM:
                 f"{self._total} repl{'y' if self._total == 1 else 'ies'}; the unanswered "
                 f"prompt was {request.prompt!r}"
             )
-        reply = self._replies.popleft()
-        if isinstance(reply, BaseException):
+        reply: Any = self._replies.popleft()
+        if isinstance(reply, BaseException) or (
+            isinstance(reply, type) and issubclass(reply, BaseException)
+        ):
             raise reply
         if callable(reply) and not isinstance(reply, LLMResponse):
             out = reply(request)
