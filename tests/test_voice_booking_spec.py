@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from slateflow import Flow, ManualClock, Resolver
+from slateflow import Flow, ManualClock, Resolver, Session, State, fresh
 from slateflow.testing import ConversationScript, assert_provenance, fake_fetch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -98,3 +98,16 @@ async def test_a_failed_lookup_offers_a_transfer_and_books_nothing(
     await conversation.tool_ok("transfer_to_human")
     conversation.expect_done("sorry")
     assert conversation.runner.unmet_requirements() == ["book"]  # nothing was booked
+
+
+@pytest.mark.anyio
+async def test_freshness_follows_the_manual_clock(
+    slate_session: Session, slate_state: State, slate_clock: ManualClock
+) -> None:
+    quote = Resolver.fetch("quote", fake_fetch(returns=42), ttl=10)
+    await slate_session.call(quote)
+    assert fresh("quote").evaluate(slate_state)
+    await slate_clock.advance(9.9)
+    assert fresh("quote").evaluate(slate_state)
+    await slate_clock.advance(0.2)
+    assert not fresh("quote").evaluate(slate_state)

@@ -25,15 +25,16 @@ __all__ = ["conversation", "scripted_llm", "slate_clock", "slate_session", "slat
 
 
 @pytest.fixture
-def slate_state() -> State:
-    """A fresh State."""
-    return State()
-
-
-@pytest.fixture
 def slate_clock() -> ManualClock:
     """A ManualClock: time moves only when the test calls ``await slate_clock.advance(s)``."""
     return ManualClock()
+
+
+@pytest.fixture
+def slate_state(slate_clock: ManualClock) -> State:
+    """A fresh State whose commit times come from ``slate_clock`` (so TTL freshness, and every
+    timestamp, moves only when the test advances the clock)."""
+    return State(clock=slate_clock)
 
 
 @pytest.fixture
