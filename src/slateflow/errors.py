@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "CursorExpiredError",
     "DispatchRejectedError",
+    "ExtractDefinitionError",
     "FakeScriptError",
     "FlowDefinitionError",
     "FlowError",
@@ -191,3 +192,7 @@ class FlowError(SlateError):
 class FakeScriptError(SlateError):
     """A testing fake was used beyond its script: called more often than it has replies, or
     asked to complete a call that is not waiting. The message says how many were scripted."""
+
+
+class ExtractDefinitionError(SlateError, ValueError):
+    """An extractor was defined with bad arguments; the message names the extractor and field."""

@@ -1,0 +1,88 @@
+"""Promotion rules: whether a value an extractor recognised may be written over what is known.
+
+A rule looks at the value, the key's current value and the State, and decides; every decision
+is kept with its reason (``Decision``), so a test or a person can see why a value was or was
+not written. Rules: :func:`keep_known` (default), :func:`overwrite`, :func:`true_only`,
+:func:`non_empty`; any of them ``.to(key)`` (write elsewhere) and ``.accept_when(pred)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..state import State
+
+__all__ = ["Decision", "Rule", "keep_known", "non_empty", "overwrite", "true_only"]
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What happened to one recognised value: ``written`` or not, and ``reason`` in words."""
+
+    field: str
+    key: str
+    value: Any
+    confidence: float
+    written: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A promotion rule; build one with :func:`keep_known`, :func:`overwrite`, ... ."""
+
+    kind: str
+    target: str | None = None
+    accept: Callable[[Any, State], bool] | None = None
+    accept_text: str = ""
+
+    def to(self, key: str) -> Rule:
+        """The same rule, writing to ``key`` instead of the field's own key."""
+        return replace(self, target=key)
+
+    def accept_when(self, pred: Callable[[Any, State], Any], describe: str = "") -> Rule:
+        """The same rule, writing only when ``pred(value, state)`` holds as well."""
+        text = describe or getattr(pred, "__name__", "a condition")
+        return replace(self, accept=pred, accept_text=text)
+
+    def decide(self, state: State, key: str, value: Any) -> tuple[bool, str]:
+        """(write?, why) for ``value`` going to ``key``."""
+        current = state.get(key, _MISSING)
+        if self.accept is not None and not self.accept(value, state):
+            return False, f"not accepted: {self.accept_text} does not hold"
+        if self.kind == "true_only" and value is not True:
+            return False, f"true_only: {value!r} is not true"
+        if self.kind == "non_empty" and value in (None, "", [], {}):
+            return False, f"non_empty: {value!r} is empty"
+        if current is not _MISSING and current == value and type(current) is type(value):
+            return False, "already known with this value"
+        if self.kind == "keep_known" and current is not _MISSING:
+            return False, f"keep_known: {key!r} is already known ({current!r})"
+        verb = "overwrites" if current is not _MISSING else "new value"
+        return True, f"{self.kind}: {verb}"
+
+
+def keep_known() -> Rule:
+    """Write only when the key is not known yet (the default: a later mishearing cannot undo
+    what the caller said first)."""
+    return Rule("keep_known")
+
+
+def overwrite() -> Rule:
+    """Write whenever the value differs (the caller corrects themselves: "make it five")."""
+    return Rule("overwrite")
+
+
+def true_only() -> Rule:
+    """Write only ``True`` (a confirmation flag that a later "no" must not clear)."""
+    return Rule("true_only")
+
+
+def non_empty() -> Rule:
+    """Write only a value that is not empty (no ``None``, ``""``, ``[]`` or ``{}``)."""
+    return Rule("non_empty")
