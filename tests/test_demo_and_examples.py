@@ -28,6 +28,7 @@ DOC_PAGES = [
     "docs/guards.md",
     "docs/flows.md",
     "docs/testing.md",
+    "docs/conversation.md",
     "docs/errors.md",
 ]
 
