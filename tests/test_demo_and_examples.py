@@ -65,7 +65,8 @@ def test_demo_runs_from_the_command_line() -> None:
     out = proc.stdout
     for phrase in [
         "slateflow demo: a voice agent books a table",
-        "booking:party_size = 4  (extraction/slot_filler, confidence 0.92, v1)",
+        "booking:party_size = 4  (extraction/slot_filler, confidence 0.85, v1)",
+        "booking:date = '2025-06-14'  (extraction/slot_filler, confidence 0.9, v1)",
         "availability:result = ['19:00', '19:30', '20:15']  (fetch/availability, v1)",
         '>> agent: "Good news',
         "state.provenance('availability:result').source = 'fetch'",
@@ -85,14 +86,19 @@ def test_demo_runs_from_the_command_line() -> None:
     ]:
         assert phrase in out, phrase
     assert "4929 1234 5678 9012" not in out
+    assert "4111 1111 1111 1111." in out  # said by the caller ...
+    assert out.count("4111 1111 1111 1111") == 1  # ... and never shown again
     # Part 8: the flow moves as the facts arrive, in this order.
     flow_part = out[out.index("8. The same call as a Flow") :]
     at = 0
     for line in [
         "active: ['slot']",
         "the model is told: Known: date not yet, time not yet.",
+        'transcript (redacted): "Saturday at 7 pm, for four people. My card is '
+        '[card ending 1111]."',
         ">> step 'slot' done",
         ">> step 'check' entered",
+        "slots: booking:time = '19:00' written (overwrite: new value)",
         "model calls book_table: refused",
         "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
         ">> step 'check' done",
@@ -100,7 +106,10 @@ def test_demo_runs_from_the_command_line() -> None:
         "the model is told: Free instead: 19:30.",
         "the model is handed (when_idle): {'status': 'completed', 'resolver': 'availability', "
         "'result': {'open': False, 'alternative': '19:30'}}",
+        "slots: booking:time = '19:30' written (overwrite: overwrites)",
         ">> step 'confirm' entered",
+        "answers: booking:confirmed = True not written (not accepted: step 'confirm' is active "
+        "does not hold)",
         "the model is told: Booking: Saturday at 19:30 for 4.",
         "model calls book_table: admitted, it runs",
         ">> step 'goodbye' done",

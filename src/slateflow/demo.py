@@ -22,6 +22,8 @@ from typing import Any
 
 import anyio
 
+from .conversation import Extract, integer_near
+from .conversation import datetime as when_said
 from .demo_flow import run_flow_demo
 from .errors import SlateError, VersionConflictError
 from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
@@ -101,15 +103,16 @@ async def _run(out: Out) -> State:
 
     _heading(out, "1. The caller speaks; the extractor fills slots")
     state.set("session:caller", "+44 20 7946 0018", source="system", writer="telephony")
-    state.set(
-        "turn:transcript", "Hi, a table for four on Saturday please", source="user", writer="asr"
+    said = "Hi, a table for four on Saturday please"
+    state.set("turn:transcript", said, source="user", writer="asr")
+    # The extractor reads the slots from the words (dates relative to the call's clock).
+    slot_filler = (
+        Extract("slot_filler")
+        .field_to("party_size", "booking:party_size", integer_near(["table", "people"]))
+        .field_to("date", "booking:date", when_said(lambda: START.timestamp()).pick("date"))
+        .build()
     )
-    state.update(
-        {"booking:party_size": 4, "booking:date": "2025-06-14"},
-        source="extraction",
-        writer="slot_filler",
-        confidence=0.92,
-    )
+    slot_filler.extract(state, said)
 
     _heading(out, "2. Availability is looked up in the background (the agent keeps talking)")
     clock = ManualClock(start=START.timestamp())

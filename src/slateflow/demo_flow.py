@@ -10,6 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .conversation import (
+    Extract,
+    Extractor,
+    datetime,
+    integer_near,
+    overwrite,
+    redact,
+    true_only,
+    yes_no,
+)
 from .flow import (
     Flow,
     FlowRunner,
@@ -84,6 +94,40 @@ def booking_flow(lookup: Resolver) -> Flow:
     )
 
 
+def extractors(clock: ManualClock) -> tuple[Extractor, Extractor]:
+    """What the caller's words fill in: the slot, and the answers to the step's question."""
+    when = datetime(clock)
+
+    def step_is(step: str) -> Callable[[Any, State], bool]:
+        def active(value: Any, state: State) -> bool:
+            return step in (state.get("flow:booking:active") or [])
+
+        active.__name__ = f"step {step!r} is active"
+        return active
+
+    slots = (
+        Extract("slots")
+        .field_to("date", "booking:date", when.pick("weekday").map(str.capitalize))
+        .field_to("time", "booking:time", when.pick("time"), overwrite())
+        .field_to("party_size", "booking:party_size", integer_near(["people", "us", "party"]))
+        .build()
+    )
+    answers = (
+        Extract("answers")
+        .field_to(
+            "alternative",
+            "booking:alternative_accepted",
+            yes_no(),
+            true_only().accept_when(step_is("offer")),
+        )
+        .field_to(
+            "confirmed", "booking:confirmed", yes_no(), true_only().accept_when(step_is("confirm"))
+        )
+        .build()
+    )
+    return slots, answers
+
+
 async def run_flow_demo(out: Out, clock: ManualClock) -> State:
     """Narrate the booking flow over a fresh State; returns it."""
     state = State(clock=clock)
@@ -121,6 +165,19 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
             out(f"  model calls {tool}: refused")
             out(f"     {admission.reason}")
 
+    slots, answers = extractors(clock)
+
+    async def hear(said: str) -> None:
+        # What a voice loop does each turn: redact, extract, advance the flow.
+        text = redact(said)
+        out(f'  caller: "{said}"')
+        out(f'     transcript (redacted): "{text}"')
+        for extractor in (slots, answers):
+            for d in extractor.extract(state, text).decisions:
+                verdict = "written" if d.written else "not written"
+                out(f"     {extractor.name}: {d.key} = {d.value!r} {verdict} ({d.reason})")
+        await runner.on_turn()
+
     async with Session(state, clock=clock) as session:
         runner = session.run_flow(flow)
         signals.step_entered.connect(entered, sender=runner)
@@ -128,31 +185,16 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
         try:
             out(f"  active: {runner.active_steps}")
             model_sees(runner)
-            out('  caller: "Saturday at seven, for four."')
-            state.update(
-                {"booking:date": "Saturday", "booking:time": "19:00", "booking:party_size": 4},
-                source="extraction",
-                writer="slot_filler",
-                confidence=0.9,
-            )
-            await runner.on_turn()
+            await hear("Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111.")
             model_sees(runner)
             call_tool(runner, "book_table")
             out("  (0.4 s later the booking system answers, in the background)")
             await clock.advance(0.4)
             await runner.wait_for_step("offer")
             model_sees(runner)
-            out('  caller: "Half past seven is fine."')
-            state.update(
-                {"booking:time": "19:30", "booking:alternative_accepted": True},
-                source="extraction",
-                writer="slot_filler",
-            )
-            await runner.on_turn()
+            await hear("Yes, 7:30 pm works for us.")
             model_sees(runner)
-            out('  caller: "Yes, that is right."')
-            state.set("booking:confirmed", True, source="extraction", writer="yes_no")
-            await runner.on_turn()
+            await hear("Yes, that is right.")
             call_tool(runner, "book_table")
             call_tool(runner, "book_table")
             out(
