@@ -218,7 +218,7 @@ _CURRENCIES = {
     "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR",
     "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP", "quid": "GBP",
 }  # fmt: skip
-_MINOR = {"cent": "USD", "cents": "USD", "pence": "GBP", "p": "GBP"}
+_MINOR = {"cent": "USD", "cents": "USD", "pence": "GBP"}
 _SYMBOL_AMOUNT = re.compile(r"([$€£])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?")
 _AMOUNT_WORD = re.compile(
     r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?\s?(usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid)\b"
@@ -257,7 +257,7 @@ class _Money(Recognizer):
         tokens = _tokens(lowered)
         for i, tok in enumerate(tokens):
             currency = _CURRENCIES.get(tok)
-            minor_currency = _MINOR.get(tok) if tok != "p" else None
+            minor_currency = _MINOR.get(tok)
             if currency is None and minor_currency is None:
                 continue
             before = _trailing_number(tokens[:i])
@@ -445,8 +445,7 @@ _MONTHS = [
     "january", "february", "march", "april", "may", "june", "july", "august", "september",
     "october", "november", "december",
 ]  # fmt: skip
-_PARTS = {"morning": "09:00", "noon": "12:00", "lunchtime": "12:30", "afternoon": "15:00",
-          "evening": "19:00", "tonight": "20:00", "night": "21:00"}  # fmt: skip
+_PARTS = ("morning", "noon", "lunchtime", "afternoon", "evening", "tonight", "night")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _DAY_MONTH = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?(?: of)? (" + "|".join(_MONTHS) + r")\b")
 _MONTH_DAY = re.compile(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2})(?:st|nd|rd|th)?\b")
