@@ -10,17 +10,23 @@ source ``"extraction"``, the extractor's name as writer and each value's confide
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ExtractDefinitionError, SlateError
+from ..errors import ExtractDefinitionError, FlowDefinitionError, SlateError
+from ..flow.steps import OnEnter, RunMode, run
+from ..resolve import Deliver, Resolver, Scheduling
 from ..state import State
 from ..state.keys import check_key
 from .promotion import Decision, Rule, keep_known
 from .recognizers import Recognizer
 
-__all__ = ["Extract", "ExtractionResult", "Extractor", "Field"]
+if TYPE_CHECKING:
+    from ..resolve.session import Session
+    from ..resolve.turns import Turn
+
+__all__ = ["Extract", "ExtractionResult", "Extractor", "Field", "Trigger", "TurnExtractor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,18 +35,20 @@ class Field:
 
     name: str
     key: str
-    recognizer: Recognizer
+    recognizer: Recognizer | None
     rule: Rule
 
 
 @dataclass(frozen=True, slots=True)
 class ExtractionResult:
     """What one run of an extractor did: a :class:`Decision` per recognised field, and
-    ``values``, what is known of every field afterwards (``None`` when still unknown)."""
+    ``values``, what is known of every field afterwards (``None`` when still unknown).
+    ``error`` says why nothing could be read (an LLM extractor's failed call or bad JSON)."""
 
     extractor: str
     decisions: tuple[Decision, ...]
     values: dict[str, Any]
+    error: str | None = None
 
     @property
     def written(self) -> dict[str, Any]:
@@ -53,70 +61,52 @@ class ExtractionResult:
         return all(v is not None for v in self.values.values())
 
 
-class Extract:
-    """Builds an :class:`Extractor` (``Extract(name).field(...)...build()``)."""
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """When a session runs an extractor: build one with the class methods.
 
-    def __init__(self, name: str) -> None:
-        if type(name) is not str or not name:
-            raise ExtractDefinitionError(f"an extractor name is a non-empty string, got {name!r}")
-        self.name = name
-        self._fields: dict[str, Field] = {}
-        self._checks: list[tuple[Callable[[dict[str, Any]], Any], str]] = []
-        self._window = 1
+    - ``Trigger.every_turn()`` (the default): after each user turn.
+    - ``Trigger.every(n)``: after every ``n``-th user turn (turns ``n``, ``2n``, ...), reading
+      the last ``window`` turns, so a slow extractor (an LLM) runs less often.
+    - ``Trigger.after_tool()``: after each successful tool call reported with
+      ``session.tool_ok(tool)``.
+    - ``Trigger.on_step_change()``: when a flow of the session enters a step, so a value the
+      caller gave early is re-read once the step that accepts it is active.
+    """
 
-    def field(self, name: str, recognizer: Recognizer, rule: Rule | None = None) -> Extract:
-        """Recognise field ``name`` with ``recognizer``; it is written to ``{extractor}:{name}``
-        (or where ``rule.to(key)`` says) under ``rule`` (default :func:`keep_known`)."""
-        return self.field_to(name, f"{self.name}:{name}", recognizer, rule)
+    kind: Literal["every_turn", "every", "after_tool", "on_step_change"]
+    n: int = 1
 
-    def field_to(
-        self, name: str, key: str, recognizer: Recognizer, rule: Rule | None = None
-    ) -> Extract:
-        """Like :meth:`field`, written to ``key``."""
-        where = f"extractor {self.name!r} field {name!r}"
-        if type(name) is not str or not name:
-            raise ExtractDefinitionError(f"{where}: a field name is a non-empty string")
-        if name in self._fields:
-            raise ExtractDefinitionError(f"{where}: defined twice")
-        if not isinstance(recognizer, Recognizer):
-            raise ExtractDefinitionError(f"{where}: expected a recognizer, got {recognizer!r}")
-        rule = rule if rule is not None else keep_known()
-        if not isinstance(rule, Rule):
-            raise ExtractDefinitionError(f"{where}: expected a promotion rule, got {rule!r}")
-        try:
-            target = check_key(rule.target or key)
-        except SlateError as exc:
-            raise ExtractDefinitionError(f"{where}: {exc}") from None
-        self._fields[name] = Field(name, target, recognizer, rule)
-        return self
+    @classmethod
+    def every_turn(cls) -> Trigger:
+        """After each user turn."""
+        return cls("every_turn")
 
-    def validate(self, pred: Callable[[dict[str, Any]], Any], describe: str = "") -> Extract:
-        """Write nothing from a turn unless ``pred(values)`` holds, where ``values`` maps every
-        field to what is known after the turn (``None`` when unknown): cross-field checks such
-        as "a party of at most 12"."""
-        if not callable(pred):
-            raise ExtractDefinitionError(f"extractor {self.name!r}: validate takes a callable")
-        self._checks.append((pred, describe or getattr(pred, "__name__", "a check")))
-        return self
+    @classmethod
+    def every(cls, n: int) -> Trigger:
+        """After every ``n``-th user turn."""
+        if type(n) is not int or n < 1:
+            raise ExtractDefinitionError(f"Trigger.every(n) takes a number of turns >= 1, got {n!r}")
+        return cls("every", n)
 
-    def window(self, turns: int) -> Extract:
-        """Read the last ``turns`` user turns together (default 1: only the newest)."""
-        if type(turns) is not int or turns < 1:
-            raise ExtractDefinitionError(
-                f"extractor {self.name!r}: window takes a number of turns >= 1, got {turns!r}"
-            )
-        self._window = turns
-        return self
+    @classmethod
+    def after_tool(cls) -> Trigger:
+        """After each successful tool call."""
+        return cls("after_tool")
 
-    def build(self) -> Extractor:
-        """The extractor; raises :class:`ExtractDefinitionError` if it has no field."""
-        if not self._fields:
-            raise ExtractDefinitionError(f"extractor {self.name!r} has no field")
-        return Extractor(self.name, tuple(self._fields.values()), tuple(self._checks), self._window)
+    @classmethod
+    def on_step_change(cls) -> Trigger:
+        """When a flow of the session enters a step."""
+        return cls("on_step_change")
+
+    def on_turn(self, number: int) -> bool:
+        """Whether this trigger runs its extractor after user turn ``number`` (from 1)."""
+        return self.kind == "every_turn" or (self.kind == "every" and number % self.n == 0)
 
 
-class Extractor:
-    """Reads its fields from the caller's turns and promotes them into the State."""
+class TurnExtractor:
+    """What every extractor shares: promotion of found values, triggers, the completion action
+    and the session hooks. :class:`Extractor` (recognizers) and ``LLMExtractor`` build on it."""
 
     def __init__(
         self,
@@ -124,39 +114,46 @@ class Extractor:
         fields: tuple[Field, ...],
         checks: tuple[tuple[Callable[[dict[str, Any]], Any], str], ...],
         window: int,
+        triggers: tuple[Trigger, ...] = (Trigger.every_turn(),),
+        completion: OnEnter | None = None,
     ) -> None:
         self.name = name
         self.fields = fields
         self.checks = checks
         self.window = window
+        self.triggers = triggers
+        self.completion = completion
         self.turns: deque[str] = deque(maxlen=window)
         self.history: list[ExtractionResult] = []
         """Every run's result, oldest first (why each value was or was not written)."""
+        self._completed = False
 
-    def extract(self, state: State, text: str) -> ExtractionResult:
-        """Add ``text`` as the newest turn, recognise every field over the window, and write
-        the values the rules accept, in one batch."""
-        self.turns.append(text)
-        heard = " ".join(self.turns)
-        found: dict[str, tuple[Field, Any, float]] = {}
-        for f in self.fields:
-            recognition = f.recognizer.recognize(heard)
-            if recognition is not None:
-                found[f.name] = (f, recognition.value, recognition.confidence)
+    async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
+        """Read the fields from ``turns`` (oldest first) and promote them; subclasses say how
+        values are found."""
+        raise NotImplementedError
+
+    def promote(
+        self, state: State, found: dict[str, tuple[Any, float]], *, writer: str | None = None
+    ) -> ExtractionResult:
+        """Ask each field's rule about its found ``(value, confidence)``, run the cross-field
+        checks, and write the accepted values in one batch; the result is kept in ``history``."""
+        by_name = {f.name: f for f in self.fields}
         values = {f.name: state.get(f.key) for f in self.fields}
         decisions: list[Decision] = []
         writes: list[tuple[Field, Any, float]] = []
-        for f, value, confidence in found.values():
+        for name, (value, confidence) in found.items():
+            f = by_name[name]
             write, reason = f.rule.decide(state, f.key, value)
             decisions.append(Decision(f.name, f.key, value, confidence, write, reason))
             if write:
                 writes.append((f, value, confidence))
         proposed = dict(values)
         proposed.update({f.name: v for f, v, _ in writes})
-        for pred, text_ in self.checks:
+        for pred, text in self.checks:
             if writes and not pred(proposed):
                 decisions = [
-                    Decision(d.field, d.key, d.value, d.confidence, False, f"validation: {text_}")
+                    Decision(d.field, d.key, d.value, d.confidence, False, f"validation: {text}")
                     if d.written
                     else d
                     for d in decisions
@@ -168,11 +165,217 @@ class Extractor:
             with state.transaction():
                 for f, value, confidence in writes:
                     state.set(
-                        f.key, value, source="extraction", writer=self.name, confidence=confidence
+                        f.key,
+                        value,
+                        source="extraction",
+                        writer=writer or self.name,
+                        confidence=confidence,
                     )
         result = ExtractionResult(self.name, tuple(decisions), proposed)
         self.history.append(result)
         return result
+
+    # -- the session's hooks (called by Session.user_turn / tool_ok / flows) ------------------
+
+    def _wants(self, kind: str) -> bool:
+        return any(t.kind == kind for t in self.triggers)
+
+    async def _on_turn(self, session: Session, turn: Turn) -> None:
+        if any(t.on_turn(turn.number) for t in self.triggers):
+            await self._run_in(session)
+
+    async def _on_tool(self, session: Session, tool: str) -> None:
+        if self._wants("after_tool"):
+            await self._run_in(session)
+
+    async def _on_step_change(self, session: Session) -> None:
+        if self._wants("on_step_change"):
+            await self._run_in(session)
+
+    async def _run_in(self, session: Session) -> None:
+        turns = [t.text for t in session.transcript[-self.window :]]
+        if not turns:
+            return
+        result = await self.read(session.state, turns)
+        complete = result.complete
+        if complete and not self._completed and self.completion is not None:
+            action = self.completion
+            await session.launch(
+                action.resolver, action.mode, scheduling=action.scheduling, deliver=action.deliver
+            )
+        self._completed = complete
+
+
+class Extract:
+    """Builds an :class:`Extractor` (``Extract(name).field(...)...build()``)."""
+
+    def __init__(self, name: str) -> None:
+        if type(name) is not str or not name:
+            raise ExtractDefinitionError(f"an extractor name is a non-empty string, got {name!r}")
+        self.name = name
+        self._fields: dict[str, Field] = {}
+        self._checks: list[tuple[Callable[[dict[str, Any]], Any], str]] = []
+        self._window = 1
+        self._triggers: tuple[Trigger, ...] = (Trigger.every_turn(),)
+        self._completion: OnEnter | None = None
+
+    def field(self, name: str, recognizer: Recognizer, rule: Rule | None = None) -> Extract:
+        """Recognise field ``name`` with ``recognizer``; it is written to ``{extractor}:{name}``
+        (or where ``rule.to(key)`` says) under ``rule`` (default :func:`keep_known`)."""
+        return self.field_to(name, f"{self.name}:{name}", recognizer, rule)
+
+    def field_to(
+        self, name: str, key: str, recognizer: Recognizer, rule: Rule | None = None
+    ) -> Extract:
+        """Like :meth:`field`, written to ``key``."""
+        where = f"extractor {self.name!r} field {name!r}"
+        if not isinstance(recognizer, Recognizer):
+            raise ExtractDefinitionError(f"{where}: expected a recognizer, got {recognizer!r}")
+        self._fields[name] = make_field(self.name, self._fields, name, key, recognizer, rule)
+        return self
+
+    def validate(self, pred: Callable[[dict[str, Any]], Any], describe: str = "") -> Extract:
+        """Write nothing from a turn unless ``pred(values)`` holds, where ``values`` maps every
+        field to what is known after the turn (``None`` when unknown): cross-field checks such
+        as "a party of at most 12"."""
+        self._checks.append(make_check(self.name, pred, describe))
+        return self
+
+    def window(self, turns: int) -> Extract:
+        """Read the last ``turns`` user turns together (default 1: only the newest)."""
+        self._window = check_window(self.name, turns)
+        return self
+
+    def trigger(self, *triggers: Trigger) -> Extract:
+        """When a session runs this extractor (default ``Trigger.every_turn()``); several
+        triggers add up."""
+        self._triggers = check_triggers(self.name, triggers)
+        return self
+
+    def on_complete(
+        self,
+        resolver: Resolver,
+        mode: RunMode = "dispatch",
+        *,
+        scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
+        deliver: Deliver | None = None,
+    ) -> Extract:
+        """Start ``resolver`` in ``mode`` (``"call"``, ``"dispatch"`` or ``"background"``) in the
+        session when every field becomes known; again only after a field was lost and found.
+
+        In ``"call"`` mode the turn waits for it, so the flows see its result on that turn.
+        """
+        self._completion = check_completion(self.name, resolver, mode, scheduling, deliver)
+        return self
+
+    def build(self) -> Extractor:
+        """The extractor; raises :class:`ExtractDefinitionError` if it has no field."""
+        if not self._fields:
+            raise ExtractDefinitionError(f"extractor {self.name!r} has no field")
+        return Extractor(
+            self.name,
+            tuple(self._fields.values()),
+            tuple(self._checks),
+            self._window,
+            self._triggers,
+            self._completion,
+        )
+
+
+# -- checks shared by the builders ------------------------------------------------------------
+
+
+def make_field(
+    extractor: str,
+    known: dict[str, Field],
+    name: str,
+    key: str,
+    recognizer: Recognizer | None,
+    rule: Rule | None,
+) -> Field:
+    """A checked :class:`Field` (for extractor builders)."""
+    where = f"extractor {extractor!r} field {name!r}"
+    if type(name) is not str or not name:
+        raise ExtractDefinitionError(f"{where}: a field name is a non-empty string")
+    if name in known:
+        raise ExtractDefinitionError(f"{where}: defined twice")
+    rule = rule if rule is not None else keep_known()
+    if not isinstance(rule, Rule):
+        raise ExtractDefinitionError(f"{where}: expected a promotion rule, got {rule!r}")
+    try:
+        target = check_key(rule.target or key)
+    except SlateError as exc:
+        raise ExtractDefinitionError(f"{where}: {exc}") from None
+    return Field(name, target, recognizer, rule)
+
+
+def make_check(
+    extractor: str, pred: Callable[[dict[str, Any]], Any], describe: str
+) -> tuple[Callable[[dict[str, Any]], Any], str]:
+    """A checked cross-field validation (for extractor builders)."""
+    if not callable(pred):
+        raise ExtractDefinitionError(f"extractor {extractor!r}: validate takes a callable")
+    return pred, describe or getattr(pred, "__name__", "a check")
+
+
+def check_window(extractor: str, turns: object) -> int:
+    """A checked window size (for extractor builders)."""
+    if type(turns) is not int or turns < 1:
+        raise ExtractDefinitionError(
+            f"extractor {extractor!r}: window takes a number of turns >= 1, got {turns!r}"
+        )
+    return turns
+
+
+def check_triggers(extractor: str, triggers: tuple[object, ...]) -> tuple[Trigger, ...]:
+    """Checked triggers (for extractor builders)."""
+    if not triggers or not all(isinstance(t, Trigger) for t in triggers):
+        raise ExtractDefinitionError(
+            f"extractor {extractor!r}: trigger() takes one or more Trigger values such as "
+            f"Trigger.every(2), got {triggers!r}"
+        )
+    return tuple(dict.fromkeys(triggers))  # type: ignore[arg-type]
+
+
+def check_completion(
+    extractor: str,
+    resolver: Resolver,
+    mode: RunMode,
+    scheduling: Scheduling | str,
+    deliver: Deliver | None,
+) -> OnEnter:
+    """A checked completion action (for extractor builders)."""
+    try:
+        return run(resolver, mode, scheduling=scheduling, deliver=deliver)
+    except FlowDefinitionError as exc:
+        raise ExtractDefinitionError(f"extractor {extractor!r}: on_complete: {exc}") from None
+
+
+class Extractor(TurnExtractor):
+    """Reads its fields from the caller's turns with recognizers and promotes them into the
+    State. Attach it to a session (``session.add_extractor``) or call :meth:`extract`."""
+
+    fields: tuple[Field, ...]
+
+    def extract(self, state: State, text: str) -> ExtractionResult:
+        """Add ``text`` as the newest turn, recognise every field over the window, and write
+        the values the rules accept, in one batch."""
+        self.turns.append(text)
+        return self.promote(state, self.recognize(" ".join(self.turns)))
+
+    def recognize(self, heard: str) -> dict[str, tuple[Any, float]]:
+        """``(value, confidence)`` of each field the recognizers find in ``heard``."""
+        found: dict[str, tuple[Any, float]] = {}
+        for f in self.fields:
+            if f.recognizer is None:
+                continue
+            recognition = f.recognizer.recognize(heard)
+            if recognition is not None:
+                found[f.name] = (recognition.value, recognition.confidence)
+        return found
+
+    async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
+        return self.promote(state, self.recognize(" ".join(turns)))
 
     def __repr__(self) -> str:
         return f"<Extractor {self.name!r}: {', '.join(f.name for f in self.fields)}>"

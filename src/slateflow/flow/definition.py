@@ -204,6 +204,9 @@ class Flow:
                 )
             for tool in set(s.allow) & set(s.deny):
                 problems.append(f"step {s.id!r} both allows and denies tool {tool!r}")
+            target = s.repair.escalate_to if s.repair is not None else None
+            if target is not None and target not in known:
+                problems.append(f"step {s.id!r} escalates to unknown step {target!r}")
         for where, guard in self.guards():
             for ref in sorted(done_refs(guard) - known):
                 problems.append(f"{where} reads done({ref!r}), but there is no such step")

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -27,7 +27,7 @@ import anyio.lowlevel
 from ..errors import FlowError, SlateError, WaitTimeoutError
 from ..resolve.background import BackgroundResult
 from ..resolve.clock import Clock
-from ..state import Change, State
+from ..state import Change, Key, State
 from ..state.provenance import Stamp
 from . import signals
 from .constraints import Before, Commit, Never, Once, Require, Reset
@@ -44,7 +44,9 @@ from .guards import (
     _Done,
     _Not,
 )
+from .repair import RepairPolicy, escalate_key, reprompt_key
 from .steps import OnEnter, Step
+from .timing import VoiceTiming
 
 if TYPE_CHECKING:
     from ..resolve.session import Session
@@ -166,6 +168,8 @@ class _Rt:
         "done",
         "done_m",
         "edges",
+        "escalates",
+        "escalations",
         "gate",
         "gate_m",
         "index",
@@ -175,7 +179,14 @@ class _Rt:
         "terminal",
     )
 
-    def __init__(self, index: int, step: Step, ids: dict[str, int], before: list[int]) -> None:
+    def __init__(
+        self,
+        index: int,
+        step: Step,
+        ids: dict[str, int],
+        before: list[int],
+        escalations: tuple[int, ...] = (),
+    ) -> None:
         self.index = index
         self.step = step
         self.edges = tuple(
@@ -185,15 +196,23 @@ class _Rt:
         self.before = tuple(before)
         self.gate = step.gate
         self.gate_m = step.gate is not None and step.gate.reads_marking()
+        # Lowered from other steps' repair policies: entered from the stuck step when it
+        # escalates (the only way in for a step with no edges of its own).
+        self.escalations = escalations
+        self.escalates = step.repair is not None and step.repair.escalate_to is not None
         self.done = step.done
-        self.done_m = step.done is not None and step.done.reads_marking()
+        self.done_m = self.done is not None and self.done.reads_marking()
         self.terminal = step.terminal
         # The common shape, one plain edge and nothing else: eligible exactly when that step is
         # done (the runner skips the general check).
         only = self.edges[0] if len(self.edges) == 1 else None
         self.simple = (
             only[0]
-            if only is not None and only[1] is None and not self.before and self.gate is None
+            if only is not None
+            and only[1] is None
+            and not self.before
+            and self.gate is None
+            and not escalations
             else None
         )
 
@@ -336,11 +355,11 @@ class FlowRunner:
         self._dirty_resets: set[int] = set()
         self._keys_dirty = 7  # which flow keys to write next: 1 active, 2 done, 4 complete
         self._waiters: list[_Waiter] = []
-        self._deliveries: list[BackgroundResult] = []
         self.violations: list[Violation] = []
         """Tool calls admitted in observe mode that the flow would have refused."""
         self.turns = 0
         """How many times :meth:`on_turn` ran."""
+        self._suspended = False
         self._calls: list[OnEnter] = []
         self._lane: anyio.Event | None = None
         # Cancelled by close() (and so at session exit): a call-mode run must not keep the
@@ -383,7 +402,22 @@ class FlowRunner:
         for c in flow.constraints:
             if isinstance(c, Before):
                 before.setdefault(ids[c.then], []).append(ids[c.first])
-        self._rt = [_Rt(i, s, ids, before.get(i, [])) for i, s in enumerate(flow.steps)]
+        escalations: dict[int, list[int]] = {}
+        self._repairs: dict[int, RepairPolicy] = {}
+        for i, s in enumerate(flow.steps):
+            if s.repair is None:
+                continue
+            self._repairs[i] = s.repair
+            if s.repair.escalate_to is not None:
+                escalations.setdefault(ids[s.repair.escalate_to], []).append(i)
+        self._rt = [
+            _Rt(i, s, ids, before.get(i, []), tuple(escalations.get(i, ())))
+            for i, s in enumerate(flow.steps)
+        ]
+        self._stuck: dict[int, int] = {}  # turns each step with a repair policy stayed active
+        self._escalated: set[int] = set()
+        self._repair_shown: dict[str, bool] = {}  # the repair keys as last written
+        self._timed = any(s.timing is not None for s in flow.steps)
         n = len(flow.steps)
         key_steps: dict[str, set[int]] = {}
         on_done: list[set[int]] = [set() for _ in range(n)]
@@ -393,6 +427,8 @@ class FlowRunner:
             for src, _, _ in rt.edges:
                 on_done[src].add(i)
             for src in rt.before:
+                on_done[src].add(i)
+            for src in rt.escalations:
                 on_done[src].add(i)
             for _, guard in rt.step.guards():
                 for key in guard.keys_read():
@@ -413,6 +449,8 @@ class FlowRunner:
         after_me: list[list[int]] = [[] for _ in range(n)]
         for i, rt in enumerate(self._rt):
             for src, _, _ in rt.edges:
+                after_me[src].append(i)
+            for src in rt.escalations:
                 after_me[src].append(i)
         self._succ = [tuple(a) for a in after_me]
         self._resets: list[_ResetRt] = []
@@ -488,6 +526,14 @@ class FlowRunner:
         done = self._done
         for src in rt.before:
             if not done[src]:
+                return False
+        if rt.escalations:
+            escalated = self._escalated
+            for src in rt.escalations:
+                if done[src] and src in escalated:
+                    gate = rt.gate
+                    return gate is None or self._holds(gate, rt.gate_m, rt.gate_label)
+            if not rt.edges:
                 return False
         if rt.edges:
             if rt.join_all:
@@ -581,6 +627,8 @@ class FlowRunner:
                     )
                 except Exception:
                     finished = self._broken(rt.done_label)
+            if not finished and rt.escalates and i in self._escalated:
+                finished = True  # the repair policy gave up on it and routed on
             if finished:
                 if self._active[i]:
                     self._set_active(i, False)
@@ -613,6 +661,8 @@ class FlowRunner:
                     self._set_active(i, False)
                 self._entered[i] = False
                 events.append(("reset", i))
+            if i in self._repairs:
+                self._forget_repair(i)
             self._push(i)
 
     def _is_complete(self) -> bool:
@@ -650,6 +700,13 @@ class FlowRunner:
             self._wake_waiters()
         if self.state._pending:
             self.state._deliver()
+        if self._repairs:
+            self._show_repair()
+        session = self.session
+        if session is not None and events:
+            entered = any(kind == "enter" for kind, _ in events)
+            if entered or self._timed:
+                session._steps_changed(entered)
 
     def _write_keys(self) -> None:
         """Commit the flow keys that changed (call under the lock; delivered by _publish)."""
@@ -712,8 +769,8 @@ class FlowRunner:
             )
 
     def _queue_delivery(self, result: BackgroundResult) -> None:
-        with self._lock:
-            self._deliveries.append(result)
+        assert self.session is not None  # background on_enter actions need one
+        self.session._to_model(result, self)
 
     async def _run_calls(self) -> None:
         session = self.session
@@ -769,7 +826,7 @@ class FlowRunner:
         key_resets = self._key_resets
         push = self._push
         with self._lock:
-            if self._closed:
+            if self._closed or self._suspended:
                 return
             for change in changes:
                 key = change.key
@@ -807,6 +864,144 @@ class FlowRunner:
         self._advance_all()
         while self._lane is not None:
             await self._lane.wait()
+        if self._repairs:
+            self._count_turn()
+
+    # -- repair ----------------------------------------------------------------------------
+
+    def _forget_repair(self, i: int) -> None:
+        """Clear a step's repair bookkeeping (call under the lock): it was reset or restarted."""
+        self._stuck.pop(i, None)
+        self._escalated.discard(i)
+
+    def _count_turn(self) -> None:
+        """One more turn: count it for every stuck step, reprompt or escalate where due."""
+        with self._lock, self._committed():
+            self._check_open()
+            for i, policy in self._repairs.items():
+                if self._active[i]:
+                    stuck = self._stuck[i] = self._stuck.get(i, 0) + 1
+                    if stuck >= policy.escalate_after and i not in self._escalated:
+                        self._escalated.add(i)
+                        self._push(i)
+                else:
+                    self._stuck.pop(i, None)
+                    if not self._done[i]:
+                        self._escalated.discard(i)
+            events = self._latch()
+            if self._keys_dirty:
+                self._write_keys()
+        self._publish(events)
+
+    def _repair_keys(self) -> dict[str, bool]:
+        keys: dict[str, bool] = {}
+        steps = self.flow.steps
+        for i, policy in self._repairs.items():
+            sid = steps[i].id
+            keys[reprompt_key(sid)] = self._stuck.get(i, 0) >= policy.reprompt_after
+            keys[escalate_key(sid)] = i in self._escalated
+            if policy.flag is not None:
+                keys[policy.flag] = keys.get(policy.flag, False) or i in self._escalated
+        return keys
+
+    def _show_repair(self) -> None:
+        """Write the repair keys that changed (true when due, false once cleared)."""
+        with self._lock:
+            wanted = self._repair_keys()
+            shown = self._repair_shown
+            changed = {k: v for k, v in wanted.items() if shown.get(k, False) != v}
+            shown.update(changed)
+        if changed:
+            try:
+                batch = cast("dict[str | Key[Any], Any]", changed)
+                self.state.update(batch, source="flow", writer=self.name)
+            except SlateError as exc:
+                log.error("flow %r: its repair keys could not be written: %s", self.name, exc)
+
+    def reprompts(self) -> list[str]:
+        """Active steps whose repair policy asks for a reprompt now."""
+        steps = self.flow.steps
+        return [
+            steps[i].id
+            for i, policy in self._repairs.items()
+            if self._active[i] and self._stuck.get(i, 0) >= policy.reprompt_after
+        ]
+
+    # -- suspension (FlowStack digressions) ----------------------------------------------------
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the runner is suspended (a digression has the floor): it ignores changes
+        until :meth:`resume`."""
+        return self._suspended
+
+    def suspend(self) -> None:
+        """Stop reacting to changes; the marking stays exactly as it is."""
+        with self._lock:
+            self._check_open()
+            self._suspended = True
+
+    def resume(self) -> None:
+        """React again, first catching up on everything that changed while suspended."""
+        with self._lock:
+            self._check_open()
+            self._suspended = False
+        self._advance_all()
+
+    def restart(self) -> None:
+        """Start the flow over against the current State: every step is re-opened (``on_enter``
+        re-armed, tool counts and repair bookkeeping cleared); the State itself is kept, so
+        facts already known complete their steps again at once."""
+        with self._lock, self._committed():
+            self._check_open()
+            events: list[tuple[str, int]] = []
+            for i in range(len(self._rt)):
+                if self._done[i] or self._active[i] or self._entered[i]:
+                    if self._done[i]:
+                        self._set_done(i, False)
+                    if self._active[i]:
+                        self._set_active(i, False)
+                    self._entered[i] = False
+                    events.append(("reset", i))
+                self._push(i)
+            self._tools_ok.clear()
+            self._marking = None
+            self._stuck.clear()
+            self._escalated.clear()
+            for reset in self._resets:
+                reset.last = False
+            self._suspended = False
+            self._starting = True  # a reset guard that already holds is not a rising edge
+            try:
+                self._dirty_resets.update(range(len(self._resets)))
+                events += self._latch()
+            finally:
+                self._starting = False
+            if self._keys_dirty:
+                self._write_keys()
+        self._publish(events)
+
+    # -- what the session asks of a running flow ----------------------------------------------
+
+    def known_tools(self) -> list[str]:
+        """Every tool this flow knows: the ones it names, and the ones given to ``compile``."""
+        return list(self._universe)
+
+    def refusal(self, tool: str) -> str | None:
+        """Why ``tool`` is refused now (for the model), or None when it is admitted."""
+        admission = self.admit(tool)
+        return None if admission.allowed else admission.reason
+
+    def voice_timing(self) -> VoiceTiming | None:
+        """The merged :class:`VoiceTiming` of the active steps (None when none has any)."""
+        if not self._timed:
+            return None
+        merged: VoiceTiming | None = None
+        for rt in self._active_rts():
+            timing = rt.step.timing
+            if timing is not None:
+                merged = timing if merged is None else merged.merge(timing)
+        return merged
 
     def on_tool_ok(self, tool: str) -> None:
         """Tool ``tool`` completed successfully: count it (``called_ok``, ``once``) and advance."""
@@ -905,9 +1100,7 @@ class FlowRunner:
     def take_deliveries(self) -> list[BackgroundResult]:
         """Background results of ``on_enter`` actions with no ``deliver``, oldest first; taking
         them empties the queue."""
-        with self._lock:
-            taken, self._deliveries = self._deliveries, []
-        return taken
+        return [] if self.session is None else self.session.inbox.take(self)
 
     # -- tools -------------------------------------------------------------------------------
 

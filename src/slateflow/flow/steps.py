@@ -11,6 +11,8 @@ from ..resolve.background import Deliver, Scheduling
 from ..resolve.resolver import Resolver
 from .ground import Ground
 from .guards import Guard
+from .repair import RepairPolicy
+from .timing import VoiceTiming
 
 __all__ = ["Edge", "Join", "OnEnter", "RunMode", "Step", "edge", "run"]
 
@@ -112,6 +114,8 @@ class Step:
       from the State (see :class:`Ground`).
     - ``allow`` / ``deny``: the tools the model may / may not call while it is active.
     - ``on_enter``: :func:`run` a resolver each time the step is entered.
+    - ``repair``: a :class:`RepairPolicy` (reprompt, then escalate, when the caller is stuck).
+    - ``timing``: the :class:`VoiceTiming` that applies while the step is active.
 
     Malformed arguments raise :class:`FlowDefinitionError` naming the step; problems between
     steps (unknown ids, cycles) are reported by ``Flow.build()``.
@@ -128,7 +132,9 @@ class Step:
         "join",
         "on_enter",
         "posture",
+        "repair",
         "terminal",
+        "timing",
     )
 
     def __init__(
@@ -145,6 +151,8 @@ class Step:
         deny: Iterable[str] | None = None,
         terminal: bool = False,
         on_enter: OnEnter | None = None,
+        repair: RepairPolicy | None = None,
+        timing: VoiceTiming | None = None,
     ) -> None:
         if type(id) is not str or not id.strip():
             raise FlowDefinitionError(f"a step id is a non-empty string, got {id!r}")
@@ -191,6 +199,14 @@ class Step:
                 f"step {id!r}: on_enter takes run(resolver, mode), got {on_enter!r}"
             )
         self.on_enter = on_enter
+        if repair is not None and not isinstance(repair, RepairPolicy):
+            raise FlowDefinitionError(f"step {id!r}: repair takes a RepairPolicy, got {repair!r}")
+        if repair is not None and repair.escalate_to == id:
+            raise FlowDefinitionError(f"step {id!r}: repair cannot escalate to the step itself")
+        self.repair = repair
+        if timing is not None and not isinstance(timing, VoiceTiming):
+            raise FlowDefinitionError(f"step {id!r}: timing takes a VoiceTiming, got {timing!r}")
+        self.timing = timing
 
     def guards(self) -> list[tuple[str, Guard]]:
         """Every guard of the step with where it sits: ``gate``, ``done``, ``after[i].when``."""
@@ -217,6 +233,8 @@ class Step:
             self.deny,
             self.terminal,
             self.on_enter,
+            self.repair,
+            self.timing,
         )
 
     def __eq__(self, other: object) -> bool:

@@ -9,7 +9,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -19,9 +19,11 @@ from anyio.abc import TaskGroup
 
 from ..errors import DispatchRejectedError, ResolverDefinitionError, SessionError
 from ..state import Change, Key, State
+from ..state.redaction import redact as redact_transcript
 from ..state.when import Trigger
 from .background import (
     AckFormatter,
+    BackgroundResult,
     Deliver,
     ResultFormatter,
     Scheduling,
@@ -32,6 +34,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
+from .turns import Governor, Inbox, Turn, TurnContext, TurnHook, context_lines
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Runnable", "Session"]
@@ -55,6 +58,10 @@ class Runnable(Protocol[_R_co]):
     sits above the session, so the session only knows this method."""
 
     def _run_in(self, session: Session, /, *, enforcement: Any) -> _R_co: ...
+
+
+def _closed(runner: object) -> bool:
+    return bool(getattr(runner, "closed", False))
 
 
 class _Slot:
@@ -84,6 +91,10 @@ class Session:
 
     ``max_concurrency`` caps how many sources run at once (the rest wait, status ``running``).
     ``clock`` drives timeouts, retry backoff and debounce (a ``ManualClock`` in tests).
+    ``redact`` cleans each user turn before anything reads it (default: card numbers and long
+    digit runs masked; pass ``None`` to keep the words as heard). ``tools`` names the agent's
+    tools, for the turn context. ``on_delivery`` receives ``interrupt`` background results the
+    moment they land (unless the user is interrupting); everything else waits for the next turn.
     ``on_exit="cancel"`` (default) cancels what is still running when the block ends;
     ``on_exit="wait"`` waits for it first (reactions and watchers stop either way). A resolver's
     exception never escapes the session: it becomes the run's error. A source that ignores
@@ -105,6 +116,9 @@ class Session:
         cancel_grace: float = 5.0,
         ack_formatter: AckFormatter = default_ack,
         result_formatter: ResultFormatter = default_result,
+        redact: Callable[[str], str] | None = redact_transcript,
+        tools: Iterable[str] = (),
+        on_delivery: Deliver | None = None,
     ) -> None:
         if not isinstance(state, State):
             raise TypeError(f"Session needs a State, got {type(state).__name__}")
@@ -145,6 +159,23 @@ class Session:
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
         self._runners: list[_Closable] = []
+        if redact is not None and not callable(redact):
+            raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be a callable or None, got {on_delivery!r}")
+        self.redact = redact
+        names = [tools] if isinstance(tools, str) else list(tools)
+        self.tools: tuple[str, ...] = tuple(dict.fromkeys(names))
+        self.on_delivery = on_delivery
+        self.transcript: list[Turn] = []
+        """Every user turn so far, redacted, oldest first."""
+        self.inbox = Inbox()
+        """Background results waiting for the model (see :meth:`take_deliveries`)."""
+        self._hooks: list[TurnHook] = []
+        self._turn_lock: anyio.Lock | None = None
+        self._interrupting = False
+        self._last_lines: frozenset[str] = frozenset()
+        self._timing: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -158,6 +189,7 @@ class Session:
         self._thread = threading.get_ident()
         if self._max_concurrency is not None:
             self._limiter = anyio.CapacityLimiter(self._max_concurrency)
+        self._turn_lock = anyio.Lock()
         self._open = True
         return self
 
@@ -268,7 +300,7 @@ class Session:
     def background(
         self,
         resolver: Resolver,
-        deliver: Deliver,
+        deliver: Deliver | None = None,
         scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
         *,
         on_conflict: OnConflict | None = None,
@@ -277,8 +309,12 @@ class Session:
 
         When the run ends, ``deliver`` (sync or async) receives a :class:`BackgroundResult`
         with the ``scheduling`` hint. Its exceptions are logged and reported on
-        ``state.receiver_failed``; they never reach the session.
+        ``state.receiver_failed``; they never reach the session. Without ``deliver`` the result
+        goes to the session: to ``on_delivery`` at once for ``interrupt`` scheduling, else into
+        the next :class:`TurnContext` (``silent`` results are only written to the state).
         """
+        if deliver is None:
+            deliver = self._to_model
         if not callable(deliver):
             raise TypeError(
                 f"background({resolver.name!r}, deliver): deliver must be a callable taking a "
@@ -591,6 +627,219 @@ class Session:
         runner = flow._run_in(self, enforcement=enforcement)
         self._runners.append(runner)
         return runner
+
+    # -- turns -----------------------------------------------------------------------------
+
+    def add_extractor(self, extractor: TurnHook) -> None:
+        """Run ``extractor`` on this session's user turns, as its triggers say.
+
+        Extractors run in the order they were added, each reading the redacted transcript.
+        """
+        if not isinstance(extractor, TurnHook):
+            raise TypeError(
+                f"add_extractor takes an extractor (Extract(...).build() or an LLMExtractor), "
+                f"got {extractor!r}"
+            )
+        if extractor in self._hooks:
+            raise SessionError(f"extractor {extractor.name!r} is already added to this session")
+        self._hooks.append(extractor)
+
+    def _governors(self) -> list[Governor]:
+        return [r for r in self._runners if isinstance(r, Governor) and not _closed(r)]
+
+    async def user_turn(self, text: str) -> TurnContext:
+        """Handle what the user just said and return what the model should be told now.
+
+        In order: the text is redacted and recorded (``session.transcript``, ``turn:user`` and
+        ``session:turn``); the extractors run; the flows advance (``on_turn``, which also waits
+        for their call-mode actions); the context is built; the ``turn:`` and ``temp:`` keys
+        are cleared. Turns are handled one at a time, in the order they arrive.
+        """
+        self._check_usable()
+        if not isinstance(text, str):
+            raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
+        assert self._turn_lock is not None
+        async with self._turn_lock:
+            clean = self.redact(text) if self.redact is not None else text
+            turn = Turn(len(self.transcript) + 1, clean, self.clock.time())
+            self.transcript.append(turn)
+            with self.state.transaction():
+                self.state.set("session:turn", turn.number, source="session", writer="turn")
+                self.state.set("turn:user", clean, source="session", writer="turn")
+            for hook in list(self._hooks):
+                await self._hook(hook, hook._on_turn(self, turn))
+            for governor in self._governors():
+                await governor.on_turn()
+            self.publish_timing()
+            context = self._context(turn)
+            self.state.end_turn()
+        return context
+
+    async def tool_ok(self, tool: str) -> None:
+        """Report that ``tool`` ran successfully: the flows advance (``once``, ``commit`` and
+        ``called_ok`` guards see it) and extractors with ``Trigger.after_tool()`` run."""
+        self._check_usable()
+        for governor in self._governors():
+            governor.on_tool_ok(tool)
+        assert self._turn_lock is not None
+        async with self._turn_lock:
+            for hook in list(self._hooks):
+                await self._hook(hook, hook._on_tool(self, tool))
+        self.publish_timing()
+
+    def refusal(self, tool: str) -> str | None:
+        """Why a flow of this session refuses ``tool`` now (for the model), or None if every
+        flow admits it."""
+        for governor in self._governors():
+            reason = governor.refusal(tool)
+            if reason is not None:
+                return reason
+        return None
+
+    async def _hook(self, hook: TurnHook, work: Any) -> None:
+        try:
+            await work
+        except Exception as exc:
+            # One broken extractor must not cost the caller their turn.
+            log.error("slateflow session: extractor %r failed", hook.name, exc_info=exc)
+            self._report(hook, exc)
+
+    def _context(self, turn: Turn) -> TurnContext:
+        governors = self._governors()
+        postures = [p for g in governors for p in g.postures()]
+        grounds = [x for g in governors for x in g.grounds()]
+        unmet = [u for g in governors for u in g.unmet_requirements()]
+        known = dict.fromkeys(self.tools)
+        for g in governors:
+            known.update(dict.fromkeys(g.known_tools()))
+        refused: dict[str, str] = {}
+        for tool in known:
+            reason = self.refusal(tool)
+            if reason is not None:
+                refused[tool] = reason
+        tools = [t for t in known if t not in refused]
+        deliveries = self.take_deliveries()
+        every = context_lines(postures, grounds, unmet, deliveries, tools)
+        lines = [line for line in every if line not in self._last_lines]
+        self._last_lines = frozenset(every)
+        timing = self._timing
+        return TurnContext(
+            turn,
+            tuple(postures),
+            tuple(grounds),
+            tuple(unmet),
+            tuple(deliveries),
+            tuple(tools),
+            refused,
+            timing.model_dump(mode="json") if timing is not None else None,
+            tuple(every),
+            tuple(lines),
+        )
+
+    # -- deliveries --------------------------------------------------------------------------
+
+    def take_deliveries(self) -> list[BackgroundResult]:
+        """The background results waiting for the model, oldest first; each is handed out
+        once (here, in a :class:`TurnContext`, or to ``on_delivery``)."""
+        return self.inbox.take()
+
+    @property
+    def interrupting(self) -> bool:
+        """Whether the user is interrupting (between :meth:`begin_interruption` and
+        :meth:`end_interruption`)."""
+        return self._interrupting
+
+    def begin_interruption(self) -> None:
+        """The user started talking over the agent: ``interrupt`` results that land now are
+        held (they still write the state, so flows advance) until :meth:`end_interruption`."""
+        self._interrupting = True
+
+    def end_interruption(self) -> None:
+        """The user stopped: held ``interrupt`` results go to ``on_delivery`` now (or to the
+        next turn without one). Nothing is delivered twice."""
+        self._interrupting = False
+        if self.on_delivery is not None:
+            for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
+                self._spawn(self._push, result)
+
+    def _to_model(self, result: BackgroundResult, origin: object = None) -> Any:
+        """Where a background result with no ``deliver`` of its own goes."""
+        if (
+            result.scheduling is Scheduling.INTERRUPT
+            and self.on_delivery is not None
+            and not self._interrupting
+        ):
+            return self._push(result)
+        self.inbox.put(result, origin)
+        return None
+
+    async def _push(self, result: BackgroundResult) -> None:
+        assert self.on_delivery is not None
+        try:
+            outcome = self.on_delivery(result)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            self._report(self.on_delivery, exc)
+
+    # -- voice timing -------------------------------------------------------------------------
+
+    def publish_timing(self) -> None:
+        """Merge the voice timing of every active step (the most cautious wins) and publish it
+        at ``session:voice_timing``; the key is removed when no active step has any."""
+        merged: Any = None
+        for governor in self._governors():
+            timing = governor.voice_timing()
+            if timing is not None:
+                merged = timing if merged is None else merged.merge(timing)
+        if merged == self._timing and (merged is None) == (
+            not self.state.contains("session:voice_timing")
+        ):
+            return
+        self._timing = merged
+        if merged is None:
+            if self.state.contains("session:voice_timing"):
+                self.state.remove("session:voice_timing", source="session", writer="voice_timing")
+        else:
+            self.state.set(
+                "session:voice_timing",
+                merged.model_dump(mode="json"),
+                source="session",
+                writer="voice_timing",
+            )
+
+    def _steps_changed(self, entered: bool) -> None:
+        """A flow of this session changed its active steps (called from the flow layer, any
+        thread); ``entered`` when a step was entered."""
+        self._soon(self._spawn, self._after_step_change, entered)
+
+    async def _after_step_change(self, entered: bool) -> None:
+        if not self._open or self._closing:
+            return
+        self.publish_timing()
+        if entered and self._hooks and self._turn_lock is not None:
+            async with self._turn_lock:
+                for hook in list(self._hooks):
+                    await self._hook(hook, hook._on_step_change(self))
+
+    async def launch(
+        self,
+        resolver: Resolver,
+        mode: Mode,
+        *,
+        scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
+        deliver: Deliver | None = None,
+    ) -> None:
+        """Start ``resolver`` in ``mode``: ``"call"`` waits for it, ``"dispatch"`` and
+        ``"background"`` return at once (background results go to ``deliver`` or the model)."""
+        if mode == "call":
+            with contextlib.suppress(Exception):
+                # Its outcome is in the state (<name>:result or <name>:error) either way.
+                await self.call(resolver)
+        elif mode == "dispatch":
+            self.dispatch(resolver)
+        else:
+            self.background(resolver, deliver, scheduling)
 
     # -- watchers --------------------------------------------------------------------------
 
