@@ -20,37 +20,52 @@ from .constraints import (
 from .definition import Flow
 from .ground import Ground
 from .guards import *  # noqa: F403  (the names are guards.__all__)
+from .repair import RepairPolicy, escalate_key, reprompt_key
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .serialize import FLOW_FORMAT
+from .stack import OVERLAY_KEY, TERMINATED_KEY, Digression, FlowStack, Resume, StackRunner
 from .steps import Edge, OnEnter, Step, edge, run
+from .timing import DEFAULT_REPROMPT, VOICE_TIMING_KEY, VoiceTiming
 
 __all__ = [
     *guards.__all__,
+    "DEFAULT_REPROMPT",
     "FLOW_FORMAT",
+    "OVERLAY_KEY",
+    "TERMINATED_KEY",
+    "VOICE_TIMING_KEY",
     "Admission",
     "Before",
     "Commit",
     "Constraint",
+    "Digression",
     "Edge",
     "Enforcement",
     "Flow",
     "FlowExplanation",
     "FlowRunner",
+    "FlowStack",
     "Ground",
     "Never",
     "OnEnter",
     "Once",
+    "RepairPolicy",
     "Require",
     "Reset",
+    "Resume",
+    "StackRunner",
     "Step",
     "Verdict",
     "Violation",
+    "VoiceTiming",
     "before",
     "commit",
     "edge",
+    "escalate_key",
     "never",
     "once",
     "require",
+    "reprompt_key",
     "reset",
     "run",
     "signals",

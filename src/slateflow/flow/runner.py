@@ -46,7 +46,7 @@ from .guards import (
 )
 from .repair import RepairPolicy, escalate_key, reprompt_key
 from .steps import OnEnter, Step
-from .timing import VoiceTiming
+from .timing import DEFAULT_REPROMPT, VoiceTiming
 
 if TYPE_CHECKING:
     from ..resolve.session import Session
@@ -170,6 +170,7 @@ class _Rt:
         "edges",
         "escalates",
         "escalations",
+        "routed",
         "gate",
         "gate_m",
         "index",
@@ -186,6 +187,7 @@ class _Rt:
         ids: dict[str, int],
         before: list[int],
         escalations: tuple[int, ...] = (),
+        routed: frozenset[int] = frozenset(),
     ) -> None:
         self.index = index
         self.step = step
@@ -213,8 +215,11 @@ class _Rt:
             and not self.before
             and self.gate is None
             and not escalations
+            and only[0] not in routed
             else None
         )
+        # Edges out of a step that may escalate elsewhere: not taken once it has escalated.
+        self.routed = any(src in routed for src, _, _ in self.edges)
 
     def edge_label(self) -> str:
         return f"on an edge into step {self.step.id!r}"
@@ -410,8 +415,9 @@ class FlowRunner:
             self._repairs[i] = s.repair
             if s.repair.escalate_to is not None:
                 escalations.setdefault(ids[s.repair.escalate_to], []).append(i)
+        routed = frozenset(i for sources in escalations.values() for i in sources)
         self._rt = [
-            _Rt(i, s, ids, before.get(i, []), tuple(escalations.get(i, ())))
+            _Rt(i, s, ids, before.get(i, []), tuple(escalations.get(i, ())), routed)
             for i, s in enumerate(flow.steps)
         ]
         self._stuck: dict[int, int] = {}  # turns each step with a repair policy stayed active
@@ -535,6 +541,9 @@ class FlowRunner:
                     return gate is None or self._holds(gate, rt.gate_m, rt.gate_label)
             if not rt.edges:
                 return False
+        if rt.routed:
+            # An escalated step counts as done only on the way to its escalation target.
+            done = [d and i not in self._escalated for i, d in enumerate(done)]
         if rt.edges:
             if rt.join_all:
                 for src, when, m in rt.edges:
@@ -919,13 +928,15 @@ class FlowRunner:
                 log.error("flow %r: its repair keys could not be written: %s", self.name, exc)
 
     def reprompts(self) -> list[str]:
-        """Active steps whose repair policy asks for a reprompt now."""
-        steps = self.flow.steps
-        return [
-            steps[i].id
-            for i, policy in self._repairs.items()
-            if self._active[i] and self._stuck.get(i, 0) >= policy.reprompt_after
-        ]
+        """What to tell the model for each active step its repair policy says to reprompt: the
+        step's ``timing.reprompt`` text, else :data:`DEFAULT_REPROMPT`."""
+        with self._lock:
+            lines = []
+            for i, policy in self._repairs.items():
+                if self._active[i] and self._stuck.get(i, 0) >= policy.reprompt_after:
+                    timing = self.flow.steps[i].timing
+                    lines.append(timing.reprompt_text if timing is not None else DEFAULT_REPROMPT)
+            return lines
 
     # -- suspension (FlowStack digressions) ----------------------------------------------------
 
@@ -989,8 +1000,13 @@ class FlowRunner:
 
     def refusal(self, tool: str) -> str | None:
         """Why ``tool`` is refused now (for the model), or None when it is admitted."""
-        admission = self.admit(tool)
-        return None if admission.allowed else admission.reason
+        if type(tool) is not str or not tool:
+            raise FlowError(f"flow {self.name!r}: refusal takes a tool name, got {tool!r}")
+        if self.enforcement is Enforcement.OBSERVE:
+            return None  # admitted; a violation is recorded only when the model calls it
+        with self._lock, self._committed():
+            denial = self._denial(tool)
+            return None if denial is None else self._reason(tool, *denial)
 
     def voice_timing(self) -> VoiceTiming | None:
         """The merged :class:`VoiceTiming` of the active steps (None when none has any)."""
@@ -1068,15 +1084,25 @@ class FlowRunner:
         rts = self._rt
         return [rts[i] for i in self._active_ids.index]
 
+    def _speaking_rts(self) -> list[_Rt]:
+        """The steps whose posture and ground apply: the active ones, or once the flow is
+        complete with nothing active, the terminal steps it ended on (its closing words)."""
+        active = self._active_rts()
+        if active or not self._complete:
+            return active
+        return [self._rt[i] for i in self._terminals if self._done[i]]
+
     def postures(self) -> list[str]:
-        """The active steps' postures (instructions for the model), in flow order."""
+        """The active steps' postures (instructions for the model), in flow order; once the
+        flow is complete, those of the terminal steps it ended on."""
         with self._lock:
-            return [rt.step.posture for rt in self._active_rts() if rt.step.posture]
+            return [rt.step.posture for rt in self._speaking_rts() if rt.step.posture]
 
     def grounds(self) -> list[str]:
-        """The active steps' grounds rendered from the State now; blank lines are dropped."""
+        """The active steps' grounds rendered from the State now (chosen like
+        :meth:`postures`); blank lines are dropped."""
         with self._lock:
-            grounds = [rt.step.ground for rt in self._active_rts() if rt.step.ground is not None]
+            grounds = [rt.step.ground for rt in self._speaking_rts() if rt.step.ground is not None]
         lines = [g.render(self.state) for g in grounds]
         return [line for line in lines if line.strip()]
 

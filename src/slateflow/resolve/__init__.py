@@ -22,6 +22,7 @@ from .retry import Retry
 from .run import Mode, Run, RunStatus
 from .session import Session
 from .template import Template
+from .turns import Inbox, Turn, TurnContext
 from .watchers import Watcher
 
 Dispatch = Run
@@ -35,6 +36,7 @@ __all__ = [
     "Clock",
     "Deliver",
     "Dispatch",
+    "Inbox",
     "LLMRequest",
     "LLMResponse",
     "ManualClock",
@@ -51,6 +53,8 @@ __all__ = [
     "SystemClock",
     "Template",
     "TextAgent",
+    "Turn",
+    "TurnContext",
     "Usage",
     "Watcher",
     "call",

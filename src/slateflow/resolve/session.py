@@ -708,6 +708,7 @@ class Session:
         governors = self._governors()
         postures = [p for g in governors for p in g.postures()]
         grounds = [x for g in governors for x in g.grounds()]
+        reprompts = [x for g in governors for x in g.reprompts()]
         unmet = [u for g in governors for u in g.unmet_requirements()]
         known = dict.fromkeys(self.tools)
         for g in governors:
@@ -719,7 +720,7 @@ class Session:
                 refused[tool] = reason
         tools = [t for t in known if t not in refused]
         deliveries = self.take_deliveries()
-        every = context_lines(postures, grounds, unmet, deliveries, tools)
+        every = context_lines(postures, grounds, reprompts, unmet, deliveries, tools)
         lines = [line for line in every if line not in self._last_lines]
         self._last_lines = frozenset(every)
         timing = self._timing
@@ -727,11 +728,12 @@ class Session:
             turn,
             tuple(postures),
             tuple(grounds),
+            tuple(reprompts),
             tuple(unmet),
             tuple(deliveries),
             tuple(tools),
             refused,
-            timing.model_dump(mode="json") if timing is not None else None,
+            timing.model_dump(mode="json", exclude_none=True) if timing is not None else None,
             tuple(every),
             tuple(lines),
         )
@@ -803,7 +805,7 @@ class Session:
         else:
             self.state.set(
                 "session:voice_timing",
-                merged.model_dump(mode="json"),
+                merged.model_dump(mode="json", exclude_none=True),
                 source="session",
                 writer="voice_timing",
             )

@@ -52,6 +52,7 @@ class Governor(Protocol):
     def on_tool_ok(self, tool: str) -> None: ...
     def postures(self) -> list[str]: ...
     def grounds(self) -> list[str]: ...
+    def reprompts(self) -> list[str]: ...
     def unmet_requirements(self) -> list[str]: ...
     def known_tools(self) -> list[str]: ...
     def refusal(self, tool: str) -> str | None: ...
@@ -68,10 +69,11 @@ def delivery_line(result: BackgroundResult) -> str:
 class TurnContext:
     """What the model should be told after a user turn.
 
-    ``postures``, ``grounds`` and ``unmet`` come from the active steps of the session's flows;
+    ``postures``, ``grounds``, ``reprompts`` (a step's repair policy says the caller is stuck)
+    and ``unmet`` come from the active steps of the session's flows;
     ``deliveries`` are the background results waiting for the model (each handed over exactly
-    once, oldest first, with its ``scheduling``; ``silent`` ones get no line); ``tools`` are the tools it may call now and
-    ``refused`` why each other known tool is refused. ``lines`` is the instruction text for this
+    once, oldest first, with its ``scheduling``; ``silent`` ones get no line); ``tools`` are the
+    tools it may call now and ``refused`` why each other known tool is refused. ``lines`` is the instruction text for this
     turn, in that order, without any line that was already sent on the previous turn (a model
     told the same posture twice starts to repeat itself); ``prompt`` joins them.
     """
@@ -79,6 +81,7 @@ class TurnContext:
     turn: Turn
     postures: tuple[str, ...] = ()
     grounds: tuple[str, ...] = ()
+    reprompts: tuple[str, ...] = ()
     unmet: tuple[str, ...] = ()
     deliveries: tuple[BackgroundResult, ...] = ()
     tools: tuple[str, ...] = ()
@@ -99,6 +102,7 @@ class TurnContext:
 def context_lines(
     postures: Iterable[str],
     grounds: Iterable[str],
+    reprompts: Iterable[str],
     unmet: Iterable[str],
     deliveries: Iterable[BackgroundResult],
     tools: Iterable[str],
@@ -106,6 +110,7 @@ def context_lines(
     """Every instruction line for a turn, before repeats are dropped."""
     lines = [p for p in postures if p]
     lines += [g for g in grounds if g]
+    lines += [r for r in reprompts if r]
     unmet = list(unmet)
     if unmet:
         lines.append(UNMET_PREFIX + ", ".join(unmet) + ".")

@@ -1,0 +1,367 @@
+"""FlowStack: a main flow plus digressions that take the floor and hand it back.
+
+Real calls leave the main task for a moment (a side question, a cancel, a hand-off) and expect
+to come back to it. ``FlowStack(main, [Digression("faq", when=is_true("intent:faq"),
+flow=faq)])`` runs like a flow: ``session.run_flow(stack)`` returns a :class:`StackRunner`. At
+each turn, if no digression is active, the first whose trigger holds takes the floor: the main
+flow is suspended untouched and the digression's own flow drives the turn. When it completes, it
+stays the speaking layer for that turn (its closing words are said), and at the next turn the
+main flow continues as its ``resume`` says: ``"previous"`` (where it was), ``"restart"`` (from
+its start, keeping the State) or ``"terminate"`` (the conversation is over: nothing is
+governed any more and every tool is refused with the reason).
+
+Digressions are one level deep: while one is active no other triggers. The stack publishes
+``flow:overlay`` (the active digression's name, or None) and ``flow:terminated``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import FlowDefinitionError, FlowError, SlateError
+from ..resolve.background import BackgroundResult
+from ..state import State
+from .definition import Flow
+from .guards import Guard
+from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict
+from .timing import VoiceTiming
+
+if TYPE_CHECKING:
+    from ..resolve.session import Session
+
+__all__ = ["OVERLAY_KEY", "TERMINATED_KEY", "Digression", "FlowStack", "Resume", "StackRunner"]
+
+log = logging.getLogger("slateflow.flow")
+
+OVERLAY_KEY = "flow:overlay"
+"""The active digression's name, or None while the main flow drives."""
+TERMINATED_KEY = "flow:terminated"
+"""True once a ``resume="terminate"`` digression ended the conversation."""
+
+Resume = Literal["previous", "restart", "terminate"]
+_RESUMES: tuple[Resume, ...] = ("previous", "restart", "terminate")
+
+
+@dataclass(frozen=True, slots=True)
+class Digression:
+    """A side conversation: its ``name``, the guard that starts it (``when``, checked at each
+    turn while the main flow drives), its ``flow``, and how the main flow continues after it
+    (``resume``: ``"previous"``, ``"restart"`` or ``"terminate"``)."""
+
+    name: str
+    when: Guard
+    flow: Flow
+    resume: Resume = "previous"
+
+    def __post_init__(self) -> None:
+        if type(self.name) is not str or not self.name:
+            raise FlowDefinitionError(f"a digression name is a non-empty string, got {self.name!r}")
+        where = f"digression {self.name!r}"
+        if not isinstance(self.when, Guard):
+            raise FlowDefinitionError(f"{where}: when takes a guard, got {self.when!r}")
+        if not isinstance(self.flow, Flow):
+            raise FlowDefinitionError(f"{where}: flow takes a Flow, got {self.flow!r}")
+        if self.resume not in _RESUMES:
+            raise FlowDefinitionError(
+                f"{where}: resume must be one of {list(_RESUMES)}, got {self.resume!r}"
+            )
+
+
+class FlowStack:
+    """A main flow and its digressions, run with ``session.run_flow(stack)``.
+
+    Digressions are tried in the order given; each needs a flow whose name differs from the
+    main flow's and from the others' (they publish their own ``flow:{name}:...`` keys).
+    """
+
+    def __init__(self, main: Flow, digressions: Iterable[Digression] = ()) -> None:
+        if not isinstance(main, Flow):
+            raise FlowDefinitionError(f"FlowStack needs a main Flow, got {main!r}")
+        self.main = main
+        self.digressions: tuple[Digression, ...] = ()
+        for d in digressions:
+            self._add(d)
+
+    def _add(self, d: Digression) -> None:
+        if not isinstance(d, Digression):
+            raise FlowDefinitionError(f"FlowStack takes Digression objects, got {d!r}")
+        names = {self.main.name} | {x.flow.name for x in self.digressions}
+        if d.name in {x.name for x in self.digressions}:
+            raise FlowDefinitionError(f"digression {d.name!r} is defined twice")
+        if d.flow.name in names:
+            raise FlowDefinitionError(
+                f"digression {d.name!r}: its flow is named {d.flow.name!r} like another flow "
+                "of the stack; give it its own name"
+            )
+        self.digressions += (d,)
+
+    def digression(
+        self, name: str, *, when: Guard, flow: Flow, resume: Resume = "previous"
+    ) -> FlowStack:
+        """Add a digression; returns the stack."""
+        self._add(Digression(name, when, flow, resume))
+        return self
+
+    def compile(self, tools: Iterable[str] | None = None) -> FlowStack:
+        """Compile the main flow and every digression's flow (``FlowDefinitionError`` lists
+        the problems of the first that has any)."""
+        names = None if tools is None else list(tools)
+        self.main.compile(names)
+        for d in self.digressions:
+            d.flow.compile(names)
+        return self
+
+    def _run_in(self, session: Session, /, *, enforcement: Any) -> StackRunner:
+        return StackRunner(self, session.state, session=session, enforcement=enforcement)
+
+    def __repr__(self) -> str:
+        names = ", ".join(d.name for d in self.digressions)
+        return f"<FlowStack {self.main.name!r} + [{names}]>"
+
+
+class StackRunner:
+    """A running :class:`FlowStack`: the session's view of it matches a ``FlowRunner``'s.
+
+    ``current`` is the runner speaking now (the active digression's, else the main one);
+    ``admit``, ``postures``, ``grounds``, ``explain`` and the rest ask it. ``main`` keeps the
+    main flow's runner, whose marking is untouched while a digression has the floor.
+    """
+
+    def __init__(
+        self,
+        stack: FlowStack,
+        state: State,
+        *,
+        session: Session | None = None,
+        enforcement: Enforcement | str = Enforcement.ENFORCE,
+    ) -> None:
+        if not isinstance(stack, FlowStack):
+            raise TypeError(f"StackRunner needs a FlowStack, got {type(stack).__name__}")
+        stack.compile(stack.main.registry)
+        self.stack = stack
+        self.state = state
+        self.session = session
+        self.enforcement = Enforcement(enforcement)
+        self.name = stack.main.name
+        self.main = FlowRunner(stack.main, state, session=session, enforcement=enforcement)
+        self._active: tuple[Digression, FlowRunner] | None = None
+        self._closing = False
+        self.terminated: str | None = None
+        """The digression that ended the conversation, once one has."""
+        self.history: list[tuple[int, str, str]] = []
+        """``(turn, digression, "entered" | "resumed" | "restarted" | "terminated")``, in order."""
+        self.turns = 0
+        self._closed = False
+        self._publish()
+
+    # -- the layers -------------------------------------------------------------------------
+
+    @property
+    def current(self) -> FlowRunner:
+        """The runner that drives now: the active digression's, else the main flow's."""
+        return self._active[1] if self._active is not None else self.main
+
+    @property
+    def overlay(self) -> str | None:
+        """The active digression's name, or None."""
+        return self._active[0].name if self._active is not None else None
+
+    @property
+    def is_terminated(self) -> bool:
+        """Whether a ``terminate`` digression ended the conversation."""
+        return self.terminated is not None
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether the conversation is finished: terminated, or the main flow complete with no
+        digression active."""
+        return self.terminated is not None or (self._active is None and self.main.is_complete)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._closed
+
+    def _publish(self) -> None:
+        try:
+            self.state.update(
+                {OVERLAY_KEY: self.overlay, TERMINATED_KEY: self.terminated is not None},
+                source="flow",
+                writer=self.name,
+            )
+        except SlateError as exc:
+            log.error("flow stack %r: its keys could not be written: %s", self.name, exc)
+
+    # -- turns --------------------------------------------------------------------------------
+
+    def _triggered(self) -> Digression | None:
+        marking = self.main.marking
+        for d in self.stack.digressions:
+            try:
+                if d.when.evaluate(self.state, marking):
+                    return d
+            except Exception:
+                log.exception("flow stack %r: the trigger of %r raised", self.name, d.name)
+        return None
+
+    async def on_turn(self) -> None:
+        """A turn ended: close a digression that completed last turn (resuming the main flow
+        as it says), then advance the digression that has the floor, or start one whose
+        trigger holds, or advance the main flow."""
+        self._check_open()
+        self.turns += 1
+        if self.terminated is not None:
+            return
+        if self._active is not None and self._closing:
+            self._leave()
+            if self.terminated is not None:
+                self._publish()
+                return
+        if self._active is not None:
+            await self._active[1].on_turn()
+        else:
+            d = self._triggered()
+            if d is None:
+                await self.main.on_turn()
+            else:
+                self.main.suspend()
+                runner = FlowRunner(
+                    d.flow, self.state, session=self.session, enforcement=self.enforcement
+                )
+                self._active = (d, runner)
+                self.history.append((self.turns, d.name, "entered"))
+                await runner.on_turn()
+        # A digression that completed stays the speaking layer for this turn, so its closing
+        # words are said; the main flow takes over at the next turn.
+        self._closing = self._active is not None and self._active[1].is_complete
+        self._publish()
+
+    def _leave(self) -> None:
+        assert self._active is not None
+        d, runner = self._active
+        self._active = None
+        runner.close()
+        if d.resume == "terminate":
+            self.terminated = d.name
+            self.history.append((self.turns, d.name, "terminated"))
+        elif d.resume == "restart":
+            self.main.restart()
+            self.history.append((self.turns, d.name, "restarted"))
+        else:
+            self.main.resume()
+            self.history.append((self.turns, d.name, "resumed"))
+
+    def on_tool_ok(self, tool: str) -> None:
+        """A tool succeeded: count it in the layer that has the floor (nothing once the
+        conversation is over)."""
+        self._check_open()
+        if self.terminated is None:
+            self.current.on_tool_ok(tool)
+
+    def advance(self) -> None:
+        """Re-evaluate the guards of the layer that has the floor."""
+        self._check_open()
+        if self.terminated is None:
+            self.current.advance()
+
+    # -- what the model is told ------------------------------------------------------------
+
+    def _ended(self) -> str:
+        return f"The conversation has ended: digression '{self.terminated}' terminated it."
+
+    def postures(self) -> list[str]:
+        """The speaking layer's postures; none once terminated."""
+        return [] if self.terminated is not None else self.current.postures()
+
+    def grounds(self) -> list[str]:
+        """The speaking layer's grounds; none once terminated."""
+        return [] if self.terminated is not None else self.current.grounds()
+
+    def reprompts(self) -> list[str]:
+        """The speaking layer's reprompt lines; none once terminated."""
+        return [] if self.terminated is not None else self.current.reprompts()
+
+    def unmet_requirements(self) -> list[str]:
+        """The speaking layer's unmet requirements; none once terminated (read
+        ``main.unmet_requirements()`` for what the call never finished)."""
+        return [] if self.terminated is not None else self.current.unmet_requirements()
+
+    @property
+    def active_steps(self) -> list[str]:
+        """The speaking layer's active steps; none once terminated."""
+        return [] if self.terminated is not None else self.current.active_steps
+
+    def known_tools(self) -> list[str]:
+        """Every tool the main flow or a digression knows."""
+        found = dict.fromkeys(self.main.known_tools())
+        for d in self.stack.digressions:
+            found.update(dict.fromkeys(sorted(set(d.flow.tools()) | (d.flow.registry or set()))))
+        return list(found)
+
+    def admit(self, tool: str) -> Admission:
+        """May the model call ``tool`` now? The speaking layer decides; once terminated, every
+        tool is refused with the reason."""
+        if self.terminated is not None:
+            if self.enforcement is Enforcement.OBSERVE:
+                return Admission(tool, True, self._ended(), violation=True)
+            return Admission(tool, False, self._ended())
+        return self.current.admit(tool)
+
+    def refusal(self, tool: str) -> str | None:
+        """Why ``tool`` is refused now, or None."""
+        if self.terminated is not None:
+            return None if self.enforcement is Enforcement.OBSERVE else self._ended()
+        return self.current.refusal(tool)
+
+    def why_blocked(self, tool: str) -> str | None:
+        """Like :meth:`refusal`."""
+        return self.refusal(tool)
+
+    def explain(self) -> FlowExplanation:
+        """The speaking layer's explanation."""
+        return self.current.explain()
+
+    def verdict(self, step: str) -> Verdict:
+        """Where a step of the speaking layer stands."""
+        return self.current.verdict(step)
+
+    def voice_timing(self) -> VoiceTiming | None:
+        """The speaking layer's merged timing; none once terminated."""
+        return None if self.terminated is not None else self.current.voice_timing()
+
+    def take_deliveries(self) -> list[BackgroundResult]:
+        """Background results of any layer's ``on_enter`` actions, oldest first."""
+        taken = self.main.take_deliveries()
+        if self._active is not None:
+            taken += self._active[1].take_deliveries()
+        return taken
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FlowError(f"flow stack {self.name!r} is closed; start it again")
+
+    def close(self) -> None:
+        """Stop every layer (the session does this when it ends)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._active is not None:
+            self._active[1].close()
+        self.main.close()
+
+    def __enter__(self) -> StackRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = f"in {self.overlay!r}" if self.overlay else "main"
+        if self.terminated:
+            where = f"terminated by {self.terminated!r}"
+        return f"<StackRunner {self.name!r} {where}>"
