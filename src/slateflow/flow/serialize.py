@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from ..errors import FlowDefinitionError, FlowFormatError, GuardFormatError
 from ..resolve.background import Scheduling
@@ -24,7 +26,9 @@ from .constraints import (
 )
 from .definition import Flow
 from .guards import Guard, _parse
+from .repair import RepairPolicy
 from .steps import Edge, Step
+from .timing import VoiceTiming
 
 if TYPE_CHECKING:
     from ..resolve.resolver import Resolver
@@ -78,6 +82,10 @@ def _step_node(step: Step, path: str) -> dict[str, Any]:
         if action.scheduling != Scheduling.WHEN_IDLE:
             out["scheduling"] = action.scheduling.value
         node["on_enter"] = out
+    if step.repair is not None:
+        node["repair"] = step.repair.model_dump(mode="json", exclude_none=True)
+    if step.timing is not None:
+        node["timing"] = step.timing.model_dump(mode="json", exclude_none=True)
     return node
 
 
@@ -183,6 +191,8 @@ _STEP_FIELDS = (
     "deny",
     "terminal",
     "on_enter",
+    "repair",
+    "timing",
 )
 
 
@@ -231,6 +241,8 @@ def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:
             on_enter = run(resolver, mode, scheduling=scheduling)
         except FlowDefinitionError as exc:
             raise FlowFormatError(f"{path}.on_enter: {exc}") from None
+    repair = _model(node, "repair", RepairPolicy, path)
+    timing = _model(node, "timing", VoiceTiming, path)
     try:
         return Step(
             sid,
@@ -244,9 +256,26 @@ def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:
             deny=node.names("deny"),
             terminal=node.get("terminal", lambda v: type(v) is bool, "true or false", False),
             on_enter=on_enter,
+            repair=repair,
+            timing=timing,
         )
     except FlowDefinitionError as exc:
         raise FlowFormatError(f"{path}: {exc}") from None
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _model(node: _Node, name: str, model: type[_M], path: str) -> _M | None:
+    if not node.has(name):
+        return None
+    try:
+        return model.model_validate(node.data[name])
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+        raise FlowFormatError(f"{path}.{name}: {problems}") from None
 
 
 def _read_constraint(data: Any, path: str) -> Constraint:

@@ -73,9 +73,10 @@ class TurnContext:
     and ``unmet`` come from the active steps of the session's flows;
     ``deliveries`` are the background results waiting for the model (each handed over exactly
     once, oldest first, with its ``scheduling``; ``silent`` ones get no line); ``tools`` are the
-    tools it may call now and ``refused`` why each other known tool is refused. ``lines`` is the instruction text for this
-    turn, in that order, without any line that was already sent on the previous turn (a model
-    told the same posture twice starts to repeat itself); ``prompt`` joins them.
+    tools it may call now and ``refused`` why each other known tool is refused. ``lines`` is
+    the instruction text for this turn, in that order, without any line that was already sent
+    on the previous turn (a model told the same posture twice starts to repeat itself);
+    ``prompt`` joins them.
     """
 
     turn: Turn
