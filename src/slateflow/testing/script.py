@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import FakeScriptError
-from ..flow import Enforcement, Flow, FlowRunner, Verdict
-from ..resolve import ManualClock, Session
+from ..flow import Enforcement, Flow, FlowRunner, FlowStack, StackRunner, Verdict
+from ..resolve import ManualClock, Session, TurnContext
 from ..resolve.clock import settle
 from ..state import Key
 from .asserts import UNSET, assert_resolved, assert_step, shown, why
@@ -29,9 +29,12 @@ class ConversationScript:
     ``expect_resolved``, ``expect_complete``.
 
     ``fakes`` maps resolver names to their :class:`Fake` sources, so ``resolve("availability",
-    {...})`` answers the held call of that resolver. The user's words go to
-    ``transcript_key`` (source ``"user"``); ``user()`` then ends the turn: the runner's
-    ``on_turn()`` runs and ``turn:`` keys are cleared.
+    {...})`` answers the held call of that resolver. ``user(text)`` is a whole turn through
+    ``session.user_turn``: the words (redacted as the session redacts them) also go to
+    ``transcript_key`` (source ``"user"``), the session's extractors run, the flows advance,
+    ``turn:`` keys are cleared, and the :class:`TurnContext` is kept in ``context``
+    (``expect_told`` checks it). ``start`` takes a ``Flow`` or a ``FlowStack``; ``runner`` is
+    the flow speaking now (a digression's while it has the floor).
     """
 
     def __init__(
@@ -46,14 +49,36 @@ class ConversationScript:
         self.fakes: dict[str, Fake] = dict(fakes or {})
         self.transcript_key = transcript_key
         self.transcript: list[str] = []
-        self._runner: FlowRunner | None = None
+        self.contexts: list[TurnContext] = []
+        """The context of every turn so far, oldest first."""
+        self._started: FlowRunner | StackRunner | None = None
+
+    @property
+    def _runner(self) -> FlowRunner | None:
+        started = self._started
+        return started.current if isinstance(started, StackRunner) else started
 
     @property
     def runner(self) -> FlowRunner:
-        """The runner of the started flow."""
-        if self._runner is None:
+        """The runner of the started flow (of a stack: the flow speaking now)."""
+        runner = self._runner
+        if runner is None:
             raise AssertionError("the script has no flow yet: await script.start(flow) first")
-        return self._runner
+        return runner
+
+    @property
+    def stack(self) -> StackRunner:
+        """The runner of the started ``FlowStack``."""
+        if not isinstance(self._started, StackRunner):
+            raise AssertionError("the script runs no FlowStack: await script.start(stack) first")
+        return self._started
+
+    @property
+    def context(self) -> TurnContext:
+        """What the model was told on the last turn."""
+        if not self.contexts:
+            raise AssertionError("no turn yet: await script.user(text) first")
+        return self.contexts[-1]
 
     def use(self, name: str, fake: Fake) -> Fake:
         """Register ``fake`` as the source of resolver ``name``; returns it."""
@@ -71,22 +96,29 @@ class ConversationScript:
     # -- actions ---------------------------------------------------------------------------
 
     async def start(
-        self, flow: Flow, *, enforcement: Enforcement | str = Enforcement.ENFORCE
-    ) -> FlowRunner:
-        """Start ``flow`` in the session; returns its runner."""
-        self._runner = self.session.run_flow(flow, enforcement=enforcement)
+        self, flow: Flow | FlowStack, *, enforcement: Enforcement | str = Enforcement.ENFORCE
+    ) -> Any:
+        """Start ``flow`` (or a ``FlowStack``) in the session; returns its runner."""
+        started: FlowRunner | StackRunner
+        if isinstance(flow, FlowStack):
+            started = self.session.run_flow(flow, enforcement=enforcement)
+        else:
+            started = self.session.run_flow(flow, enforcement=enforcement)
+        self._started = started
         await self.settle()
-        return self._runner
+        return started
 
-    async def user(self, text: str) -> None:
-        """The caller says ``text``: it is written to the transcript, then the turn ends."""
+    async def user(self, text: str) -> TurnContext:
+        """The caller says ``text``: one whole turn (see the class docs); returns the context."""
         self.transcript.append(text)
-        self.state.set(self.transcript_key, text, source="user", writer="caller")
+        redact = self.session.redact
+        heard = redact(text) if redact is not None else text
+        self.state.set(self.transcript_key, heard, source="user", writer="caller")
         await self.settle()
-        if self._runner is not None:
-            await self._runner.on_turn()
-        self.state.end_turn()
+        context = await self.session.user_turn(text)
+        self.contexts.append(context)
         await self.settle()
+        return context
 
     async def say(self, facts: Mapping[str, Any] | None = None, /, **named: Any) -> None:
         """Facts an extractor recognised this turn, written in one batch with source
@@ -107,7 +139,7 @@ class ConversationScript:
             raise AssertionError(
                 f"the flow refused {tool!r}: {admission.reason}\n{why(self.runner, self.state)}"
             )
-        self.runner.on_tool_ok(tool)
+        await self.session.tool_ok(tool)
         await self.settle()
 
     def _fake(self, name: str) -> Fake:
@@ -189,6 +221,15 @@ class ConversationScript:
             raise AssertionError(
                 f"expected {tool!r} to be admitted, but: {refusal}\n" + why(self.runner, self.state)
             )
+
+    def expect_told(self, text: str) -> str:
+        """The last turn's context has a line containing ``text`` (new or repeated); returns
+        that line."""
+        for line in self.context.all_lines:
+            if text in line:
+                return line
+        told = "\n".join(f"  {line}" for line in self.context.all_lines) or "  (nothing)"
+        raise AssertionError(f"expected the model to be told {text!r}; it was told:\n{told}")
 
     def expect_resolved(self, name: str, value: Any = _UNSET) -> None:
         """Resolver ``name`` has a result (equal to ``value``, when given)."""
