@@ -103,11 +103,13 @@ def test_demo_runs_from_the_command_line() -> None:
         "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
         ">> step 'check' done",
         ">> step 'offer' entered",
+        "the model is idle, so it is told now (session.context_now()):",
         "the model is told: Free instead: 19:30.",
-        "the model is handed (when_idle): {'status': 'completed', 'resolver': 'availability', "
-        "'result': {'open': False, 'alternative': '19:30'}}",
-        "slots: booking:time = '19:30' written (overwrite: overwrites)",
+        "the model is told: Background result (when_idle) from availability: "
+        '{"resolver": "availability", "result": {"alternative": "19:30", "open": false}, '
+        '"status": "completed"}',
         ">> step 'confirm' entered",
+        "slots: booking:time = '19:30' written (overwrite: overwrites)",
         "answers: booking:confirmed = True not written (not accepted: step 'confirm' is active "
         "does not hold)",
         "the model is told: Booking: Saturday at 19:30 for 4.",

@@ -16,7 +16,6 @@ from .conversation import (
     datetime,
     integer_near,
     overwrite,
-    redact,
     true_only,
     yes_no,
 )
@@ -37,7 +36,7 @@ from .flow import (
     run,
     signals,
 )
-from .resolve import ManualClock, Resolver, Session
+from .resolve import ManualClock, Resolver, Session, TurnContext
 from .state import State
 
 __all__ = ["booking_flow", "run_flow_demo"]
@@ -150,53 +149,57 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
     def finished(runner: FlowRunner, flow: str, step: str) -> None:
         out(f"  >> step '{step}' done")
 
-    def model_sees(runner: FlowRunner) -> None:
-        for line in runner.postures() + runner.grounds():
+    def model_told(context: TurnContext) -> None:
+        for line in context.lines:
             out(f"     the model is told: {line}")
-        for result in runner.take_deliveries():
-            out(f"     the model is handed ({result.scheduling.value}): {result.response}")
+        if not context.lines:
+            out("     (nothing new to tell the model)")
 
-    def call_tool(runner: FlowRunner, tool: str) -> None:
-        admission = runner.admit(tool)
-        if admission:
+    async def call_tool(session: Session, tool: str) -> None:
+        refusal = session.refusal(tool)
+        if refusal is None:
             out(f"  model calls {tool}: admitted, it runs")
-            runner.on_tool_ok(tool)
+            await session.tool_ok(tool)
         else:
             out(f"  model calls {tool}: refused")
-            out(f"     {admission.reason}")
+            out(f"     {refusal}")
 
-    slots, answers = extractors(clock)
-
-    async def hear(said: str) -> None:
-        # What a voice loop does each turn: redact, extract, advance the flow.
-        text = redact(said)
+    async def hear(session: Session, said: str) -> None:
+        # What a voice loop does each turn: one call redacts, extracts, advances the flow and
+        # says what the model should be told now.
         out(f'  caller: "{said}"')
-        out(f'     transcript (redacted): "{text}"')
+        assert session.redact is not None
+        out(f'     transcript (redacted): "{session.redact(said)}"')
+        context = await session.user_turn(said)
         for extractor in (slots, answers):
-            for d in extractor.extract(state, text).decisions:
+            for d in extractor.history[-1].decisions:
                 verdict = "written" if d.written else "not written"
                 out(f"     {extractor.name}: {d.key} = {d.value!r} {verdict} ({d.reason})")
-        await runner.on_turn()
+        model_told(context)
 
-    async with Session(state, clock=clock) as session:
+    slots, answers = extractors(clock)
+    async with Session(state, clock=clock, tools=["book_table", "transfer_to_human"]) as session:
+        session.add_extractor(slots)
+        session.add_extractor(answers)
         runner = session.run_flow(flow)
         signals.step_entered.connect(entered, sender=runner)
         signals.step_done.connect(finished, sender=runner)
         try:
             out(f"  active: {runner.active_steps}")
-            model_sees(runner)
-            await hear("Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111.")
-            model_sees(runner)
-            call_tool(runner, "book_table")
+            await hear(session, "Hello, I'd like a table.")
+            await hear(
+                session, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
+            )
+            await call_tool(session, "book_table")
             out("  (0.4 s later the booking system answers, in the background)")
             await clock.advance(0.4)
             await runner.wait_for_step("offer")
-            model_sees(runner)
-            await hear("Yes, 7:30 pm works for us.")
-            model_sees(runner)
-            await hear("Yes, that is right.")
-            call_tool(runner, "book_table")
-            call_tool(runner, "book_table")
+            out("  the model is idle, so it is told now (session.context_now()):")
+            model_told(session.context_now())
+            await hear(session, "Yes, 7:30 pm works for us.")
+            await hear(session, "Yes, that is right.")
+            await call_tool(session, "book_table")
+            await call_tool(session, "book_table")
             out(
                 f"  complete: {runner.is_complete}; flow:booking:done = "
                 f"{state.get('flow:booking:done')}"

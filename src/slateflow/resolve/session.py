@@ -675,6 +675,16 @@ class Session:
             self.state.end_turn()
         return context
 
+    def context_now(self) -> TurnContext:
+        """What the model should be told now, between turns: when a background result has
+        landed while the model is idle, say. Built like a turn's context (waiting deliveries are
+        handed over, lines already sent are not repeated) for the last turn (number 0 before
+        the first); nothing is recorded and no extractor runs."""
+        self._check_usable()
+        turn = self.transcript[-1] if self.transcript else Turn(0, "", self.clock.time())
+        self.publish_timing()
+        return self._context(turn)
+
     async def tool_ok(self, tool: str) -> None:
         """Report that ``tool`` ran successfully: the flows advance (``once``, ``commit`` and
         ``called_ok`` guards see it) and extractors with ``Trigger.after_tool()`` run."""
