@@ -226,3 +226,66 @@ def test_state_page_has_snippets() -> None:
 @pytest.mark.parametrize("page", DOC_PAGES)
 def test_doc_snippets_run(page: str) -> None:
     run_blocks(python_blocks(page), page)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_voice_call_example_runs(backend: str) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "voice_call.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    order = [
+        "== call 1",
+        "model is told: Ask for the day, the time and how many people.",
+        "voice timing: {'reprompt_after_ms': 6000, 'end_of_speech_ms': 700}",
+        'caller: "Is there parking?"',
+        "digression: parking",
+        "model is told: Answer: there is free parking behind the building.",
+        'transcript: "Saturday at 7 pm for four people, card [card ending 1111]."',
+        "model is told: Tell the caller you are checking the book.",
+        "voice timing: {'filler_after_ms': 1500}",
+        "flow moved on meanwhile: active ['confirm']",
+        ">> spoken at once (interrupt): {'status': 'completed', 'resolver': 'availability', "
+        "'result': {'open': True}}",
+        "model is told: Booking: Saturday at 19:00 for 4.",
+        "model is told: Book the table now.",
+        "model calls book_table: it runs",
+        "model calls book_table: refused: 'book_table' has already run",
+        "== call 2",
+        "digression: cancel",
+        "model is told: Say goodbye; nothing was booked.",
+        "model is told: Tools you may call now: none.",
+        "model calls book_table: refused: The conversation has ended: digression 'cancel' "
+        "terminated it.",
+    ]
+    at = 0
+    for line in order:
+        found = out.find(line, at)
+        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
+        at = found + len(line)
+    assert "4111 1111 1111 1111" not in out.split('caller: "Saturday', 1)[1].split("\n", 1)[1]
+    assert out.count(">> spoken at once") == 1  # the check's answer, once
+
+
+def test_voice_call_example_in_process() -> None:
+    """The example's calls, run in this process: what each call left in the State."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import voice_call
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    lines: list[str] = []
+    booked, cancelled = anyio.run(voice_call.main, lines.append)
+    assert booked.get("flow:booking:complete") is True
+    assert booked.pick("booking:date", "booking:time", "booking:party_size") == {
+        "booking:date": "Saturday",
+        "booking:time": "19:00",
+        "booking:party_size": 4,
+    }
+    assert booked.provenance("booking:party_size").source == "extraction"
+    assert booked.get("flow:overlay") is None and booked.get("flow:terminated") is False
+    assert cancelled.get("flow:terminated") is True
+    assert cancelled.get("flow:booking:complete") is False
+    assert not any(k.startswith("turn:") for k in booked.keys())

@@ -1,8 +1,14 @@
 """The conversation layer: reading what the caller said (recognizers, extractors with promotion
-rules) and keeping secrets out of the transcript (redaction). Turns, digressions and repair
-build on these."""
+rules) and keeping secrets out of the transcript (redaction).
 
-from .extract import Extract, ExtractionResult, Extractor, Field
+A session runs the extractors on each turn (``session.add_extractor``, ``session.user_turn``).
+Digressions, repair and voice timing are part of a flow's definition; they are re-exported here
+with the rest of what a voice or chat agent needs.
+"""
+
+from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
+from ..resolve import Turn, TurnContext
+from .extract import Extract, ExtractionResult, Extractor, Field, Trigger, TurnExtractor
 from .promotion import Decision, Rule, keep_known, non_empty, overwrite, true_only
 from .recognizers import (
     Recognition,
@@ -22,13 +28,22 @@ __all__ = [
     "CARD",
     "LONG_NUMBER",
     "Decision",
+    "Digression",
     "Extract",
     "ExtractionResult",
     "Extractor",
     "Field",
+    "FlowStack",
     "Recognition",
     "Recognizer",
+    "RepairPolicy",
     "Rule",
+    "StackRunner",
+    "Trigger",
+    "Turn",
+    "TurnContext",
+    "TurnExtractor",
+    "VoiceTiming",
     "datetime",
     "fuzzy",
     "integer",

@@ -170,11 +170,11 @@ class _Rt:
         "edges",
         "escalates",
         "escalations",
-        "routed",
         "gate",
         "gate_m",
         "index",
         "join_all",
+        "routed",
         "simple",
         "step",
         "terminal",
@@ -1027,6 +1027,8 @@ class FlowRunner:
             self._check_open()
             self._tools_ok[tool] = self._tools_ok.get(tool, 0) + 1
             self._marking = None
+            if self._suspended:
+                return  # counted; the steps catch up when the runner resumes
             for i in self._on_tool.get(tool, self._any_marking):
                 self._push(i)
             self._dirty_resets.update(self._reset_on_tool.get(tool, self._reset_any))
@@ -1146,6 +1148,19 @@ class FlowRunner:
         restricting = [rt for rt in active if rt.step.allow]
         if restricting and not any(tool in rt.step.allow for rt in restricting):
             return ("not_in_step", ", ".join(repr(rt.step.id) for rt in restricting))
+        return None
+
+    def constraint_refusal(self, tool: str) -> str | None:
+        """Why the flow's constraints (``once``, ``never``, ``commit``) refuse ``tool`` now,
+        whatever step is active, or None: what still binds while a digression has the floor."""
+        if self.enforcement is Enforcement.OBSERVE:
+            return None
+        with self._lock, self._committed():
+            if tool in self._once and self._tools_ok.get(tool, 0) > 0:
+                return self._reason(tool, "once", "")
+            for name, until in self._never:
+                if name == tool and not until.evaluate(self.state, self._mark()):
+                    return self._reason(tool, "not_yet", until.describe())
         return None
 
     def _reason(self, tool: str, kind: str, detail: str) -> str:

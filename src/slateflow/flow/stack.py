@@ -217,9 +217,9 @@ class StackRunner:
             return
         if self._active is not None and self._closing:
             self._leave()
-            if self.terminated is not None:
-                self._publish()
-                return
+        if self.terminated is not None:
+            self._publish()
+            return
         if self._active is not None:
             await self._active[1].on_turn()
         else:
@@ -237,6 +237,10 @@ class StackRunner:
         # A digression that completed stays the speaking layer for this turn, so its closing
         # words are said; the main flow takes over at the next turn.
         self._closing = self._active is not None and self._active[1].is_complete
+        if self._closing and self._active is not None and self._active[0].resume == "terminate":
+            # Over at once: no tool may run while the closing words are said.
+            self.terminated = self._active[0].name
+            self.history.append((self.turns, self.terminated, "terminated"))
         self._publish()
 
     def _leave(self) -> None:
@@ -245,8 +249,7 @@ class StackRunner:
         self._active = None
         runner.close()
         if d.resume == "terminate":
-            self.terminated = d.name
-            self.history.append((self.turns, d.name, "terminated"))
+            pass  # terminated on the turn it completed
         elif d.resume == "restart":
             self.main.restart()
             self.history.append((self.turns, d.name, "restarted"))
@@ -255,11 +258,13 @@ class StackRunner:
             self.history.append((self.turns, d.name, "resumed"))
 
     def on_tool_ok(self, tool: str) -> None:
-        """A tool succeeded: count it in the layer that has the floor (nothing once the
-        conversation is over)."""
+        """A tool succeeded: count it in the layer that has the floor, and in the suspended
+        main flow too (its ``once`` holds across digressions); nothing once terminated."""
         self._check_open()
         if self.terminated is None:
             self.current.on_tool_ok(tool)
+            if self._active is not None:
+                self.main.on_tool_ok(tool)
 
     def advance(self) -> None:
         """Re-evaluate the guards of the layer that has the floor."""
@@ -272,13 +277,17 @@ class StackRunner:
     def _ended(self) -> str:
         return f"The conversation has ended: digression '{self.terminated}' terminated it."
 
+    def _silent(self) -> bool:
+        # Terminated, and the closing words of the digression that ended it were said.
+        return self.terminated is not None and self._active is None
+
     def postures(self) -> list[str]:
-        """The speaking layer's postures; none once terminated."""
-        return [] if self.terminated is not None else self.current.postures()
+        """The speaking layer's postures; once terminated, only the closing turn's."""
+        return [] if self._silent() else self.current.postures()
 
     def grounds(self) -> list[str]:
-        """The speaking layer's grounds; none once terminated."""
-        return [] if self.terminated is not None else self.current.grounds()
+        """The speaking layer's grounds; once terminated, only the closing turn's."""
+        return [] if self._silent() else self.current.grounds()
 
     def reprompts(self) -> list[str]:
         """The speaking layer's reprompt lines; none once terminated."""
@@ -308,13 +317,22 @@ class StackRunner:
             if self.enforcement is Enforcement.OBSERVE:
                 return Admission(tool, True, self._ended(), violation=True)
             return Admission(tool, False, self._ended())
-        return self.current.admit(tool)
+        admission = self.current.admit(tool)
+        if admission.allowed and self._active is not None:
+            binding = self.main.constraint_refusal(tool)
+            if binding is not None:
+                return Admission(tool, False, binding)
+        return admission
 
     def refusal(self, tool: str) -> str | None:
-        """Why ``tool`` is refused now, or None."""
+        """Why ``tool`` is refused now, or None. While a digression has the floor, the main
+        flow's ``once``, ``never`` and ``commit`` constraints still bind."""
         if self.terminated is not None:
             return None if self.enforcement is Enforcement.OBSERVE else self._ended()
-        return self.current.refusal(tool)
+        refusal = self.current.refusal(tool)
+        if refusal is None and self._active is not None:
+            refusal = self.main.constraint_refusal(tool)
+        return refusal
 
     def why_blocked(self, tool: str) -> str | None:
         """Like :meth:`refusal`."""
