@@ -86,7 +86,9 @@ class Trigger:
     def every(cls, n: int) -> Trigger:
         """After every ``n``-th user turn."""
         if type(n) is not int or n < 1:
-            raise ExtractDefinitionError(f"Trigger.every(n) takes a number of turns >= 1, got {n!r}")
+            raise ExtractDefinitionError(
+                f"Trigger.every(n) takes a number of turns >= 1, got {n!r}"
+            )
         return cls("every", n)
 
     @classmethod
