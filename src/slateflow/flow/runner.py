@@ -712,10 +712,8 @@ class FlowRunner:
         if self._repairs:
             self._show_repair()
         session = self.session
-        if session is not None and events:
-            entered = any(kind == "enter" for kind, _ in events)
-            if entered or self._timed:
-                session._steps_changed(entered)
+        if session is not None and events and (self._timed or session._hooks):
+            session._steps_changed(any(kind == "enter" for kind, _ in events), self._timed)
 
     def _write_keys(self) -> None:
         """Commit the flow keys that changed (call under the lock; delivered by _publish)."""

@@ -820,15 +820,17 @@ class Session:
                 writer="voice_timing",
             )
 
-    def _steps_changed(self, entered: bool) -> None:
+    def _steps_changed(self, entered: bool, timed: bool) -> None:
         """A flow of this session changed its active steps (called from the flow layer, any
-        thread); ``entered`` when a step was entered."""
-        self._soon(self._spawn, self._after_step_change, entered)
+        thread): ``entered`` when a step was entered, ``timed`` when the flow has timings."""
+        if timed or (entered and self._hooks):
+            self._soon(self._spawn, self._after_step_change, entered, timed)
 
-    async def _after_step_change(self, entered: bool) -> None:
+    async def _after_step_change(self, entered: bool, timed: bool) -> None:
         if not self._open or self._closing:
             return
-        self.publish_timing()
+        if timed:
+            self.publish_timing()
         if entered and self._hooks and self._turn_lock is not None:
             async with self._turn_lock:
                 for hook in list(self._hooks):
