@@ -168,7 +168,7 @@ def test_yes_no_with_negation_winning(text: str, value: bool | None) -> None:
             0.75,
         ),
         ("Saturday at 19:30", {"date": "2026-01-03", "weekday": "saturday", "time": "19:30"}, 0.9),
-        ("thursday", {"date": "2026-01-08", "weekday": "thursday"}, 0.9),
+        ("thursday", {"date": "2026-01-01", "weekday": "thursday"}, 0.9),  # today
         ("next thursday", {"date": "2026-01-08", "weekday": "thursday"}, 0.9),
         ("14 June at 7pm", {"date": "2026-06-14", "weekday": "sunday", "time": "19:00"}, 0.9),
         ("June 14th", {"date": "2026-06-14", "weekday": "sunday"}, 0.9),

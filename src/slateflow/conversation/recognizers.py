@@ -109,40 +109,52 @@ def _tokens(text: str) -> list[str]:
 
 
 def _number_words(tokens: Sequence[str], start: int) -> tuple[int, int] | None:
-    """An integer spelled in words from ``tokens[start]``: (value, tokens used), or None."""
+    """An integer spelled in words from ``tokens[start]``: (value, tokens used), or None.
+
+    A word that cannot follow the one before it ends the number, so "five, six" is five (then
+    six), not eleven: a unit or teen after a unit or teen, or a tens word after anything but a
+    scale ("twenty twenty six" is twenty, then twenty six).
+    """
     total, current, i, used = 0, 0, start, 0
+    last = ""  # the kind of the previous word: unit (1-9), teen (10-19), tens, scale
     while i < len(tokens):
         tok = tokens[i]
-        pair = f"{tok} {tokens[i + 1]}" if i + 1 < len(tokens) else ""
-        if pair in _UNITS:
-            current += _UNITS[pair]
-            i += 2
-        elif (tok in _UNITS and tok not in ("a", "oh")) or (tok == "oh" and used):
-            current += _UNITS[tok]
-            i += 1
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        pair = f"{tok} {nxt}" if nxt else ""
+        if pair in _UNITS or (tok in _UNITS and tok != "oh") or (tok == "oh" and used):
+            value = _UNITS[pair] if pair in _UNITS else _UNITS[tok]
+            kind = "unit" if value < 10 else "teen"
+            if last in ("unit", "teen") or (kind == "teen" and last == "tens"):
+                break
+            current += value
+            i += 2 if pair in _UNITS else 1
+            last = kind
         elif tok in _TENS:
+            if last in ("unit", "teen", "tens"):
+                break
             current += _TENS[tok]
             i += 1
+            last = "tens"
+        elif tok == "a" and not used and nxt in _SCALES:
+            current = 1  # "a hundred", "a thousand"
+            i += 1
+            last = "unit"
         elif tok in _SCALES and used:
             scale = _SCALES[tok]
             if scale == 100:
-                current *= 100
+                current = (current or 1) * 100
             else:
-                total += current * scale
+                total += (current or 1) * scale
                 current = 0
             i += 1
-        elif (
-            tok == "and"
-            and used
-            and i + 1 < len(tokens)
-            and (tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS)
-        ):
+            last = "scale"
+        elif tok == "and" and used and last == "scale" and (nxt in _UNITS or nxt in _TENS):
             i += 1
             continue
         else:
             break
         used = i - start
-    if not used:
+    if not used or last == "" or (used == 1 and tokens[start] == "a"):
         return None
     return total + current, used
 
@@ -208,6 +220,10 @@ def integer_near(words: Iterable[str], distance: int = 3) -> Recognizer:
     keys = frozenset(w.lower() for w in ([words] if isinstance(words, str) else words))
     if not keys:
         raise ValueError("integer_near() needs at least one word")
+    if any(not isinstance(w, str) or not w.strip() for w in keys):
+        raise ValueError(f"integer_near() words must be non-blank strings, got {sorted(keys)!r}")
+    if type(distance) is not int or distance < 0:
+        raise ValueError(f"integer_near() distance must be a whole number >= 0, got {distance!r}")
     return _IntegerNear(keys, distance)
 
 
@@ -247,9 +263,12 @@ class _Money(Recognizer):
         m = _AMOUNT_WORD.search(lowered)
         if m:
             whole = m.group(1).replace(",", "")
-            cents = (m.group(2) or "0").ljust(2, "0")
             currency = _CURRENCIES[m.group(3)]
-            return Recognition(_money(Decimal(f"{whole}.{cents}"), currency), 0.9)
+            if m.group(2) is not None:
+                amount = Decimal(f"{whole}.{m.group(2).ljust(2, '0')}")
+            else:
+                amount = Decimal(whole) + Decimal(_cents_after(_tokens(lowered[m.end() :]))) / 100
+            return Recognition(_money(amount, currency), 0.9)
         return self._words(lowered)
 
     def _words(self, lowered: str) -> Recognition | None:
@@ -265,12 +284,7 @@ class _Money(Recognizer):
                 continue
             if minor_currency is not None:
                 return Recognition(_money(Decimal(before) / 100, minor_currency), 0.8)
-            cents = 0
-            after = _number_words(tokens, i + 1) if i + 1 < len(tokens) else None
-            if after is not None and after[0] < 100:
-                cents = after[0]
-            elif i + 1 < len(tokens) and tokens[i + 1].isdigit() and int(tokens[i + 1]) < 100:
-                cents = int(tokens[i + 1])
+            cents = _cents_after(tokens[i + 1 :])
             assert currency is not None
             return Recognition(_money(Decimal(before) + Decimal(cents) / 100, currency), 0.8)
         if self.default is not None:
@@ -283,6 +297,21 @@ class _Money(Recognizer):
 
     def describe(self) -> str:
         return "an amount of money"
+
+
+def _cents_after(tokens: Sequence[str]) -> int:
+    """The cents said after a currency word ("fifty", "and fifty cents", "50"), else 0."""
+    start = 1 if tokens[:1] == ["and"] else 0
+    if start >= len(tokens):
+        return 0
+    if tokens[start].isdigit():
+        cents = int(tokens[start])
+    else:
+        words = _number_words(tokens, start)
+        if words is None:
+            return 0
+        cents = words[0]
+    return cents if cents < 100 else 0
 
 
 def _trailing_number(tokens: Sequence[str]) -> int | None:
@@ -371,6 +400,20 @@ def one_of(options: Iterable[str] | Mapping[str, Iterable[str]]) -> Recognizer:
     return _OneOf(_options(options))
 
 
+def _closeness(text: str, option: str, **kwargs: Any) -> float:
+    """How close ``text`` comes to ``option`` (0-100).
+
+    The best-matching part of a longer text (the option said in a sentence), or a slip of about
+    the option's length ("cappucino"); a much shorter text is compared whole, so "no" is not
+    read out of "cappuccino".
+    """
+    from rapidfuzz import fuzz
+
+    if len(text) >= 0.75 * len(option):
+        return float(fuzz.partial_ratio(text, option, **kwargs))
+    return float(fuzz.ratio(text, option, **kwargs))
+
+
 class _Fuzzy(Recognizer):
     def __init__(self, table: dict[str, str], threshold: float) -> None:
         self.table = table
@@ -378,13 +421,13 @@ class _Fuzzy(Recognizer):
 
     def recognize(self, text: str) -> Recognition | None:
         try:
-            from rapidfuzz import fuzz, process
+            from rapidfuzz import process
         except ImportError:  # pragma: no cover - the extra is part of the dev install
             raise SlateError(
                 "fuzzy() needs rapidfuzz: pip install 'slateflow[conversation]'"
             ) from None
         best = process.extractOne(
-            text.lower(), list(self.table), scorer=fuzz.partial_ratio, score_cutoff=0
+            text.lower(), list(self.table), scorer=_closeness, score_cutoff=0
         )
         if best is None:
             return None
@@ -401,9 +444,10 @@ class _Fuzzy(Recognizer):
 def fuzzy(
     options: Iterable[str] | Mapping[str, Iterable[str]], threshold: float = 0.85
 ) -> Recognizer:
-    """The option the text comes closest to (rapidfuzz's partial ratio), if at least
-    ``threshold`` similar; the confidence is that similarity. Tolerates ASR slips
-    ("cappucino", "expreso")."""
+    """The option the text comes closest to, if at least ``threshold`` similar; the confidence
+    is that similarity (rapidfuzz's partial ratio: the option inside a longer sentence; a text
+    much shorter than an option is compared whole). Tolerates ASR slips ("cappucino" for
+    cappuccino, "late" for latte); a bigger slip ("expreso", 0.77) needs a lower threshold."""
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     return _Fuzzy(_options(options), threshold)
@@ -449,7 +493,11 @@ _PARTS = ("morning", "noon", "lunchtime", "afternoon", "evening", "tonight", "ni
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _DAY_MONTH = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?(?: of)? (" + "|".join(_MONTHS) + r")\b")
 _MONTH_DAY = re.compile(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2})(?:st|nd|rd|th)?\b")
-_TIME_24 = re.compile(r"\b([01]?\d|2[0-3])[:.h]([0-5]\d)\b")
+# Not a price: no currency symbol before, no currency word after ("$12.50", "12.50 euros").
+_TIME_24 = re.compile(
+    r"(?<![$€£\d])(?<![$€£]\s)\b([01]?\d|2[0-3])[:.h]([0-5]\d)\b"
+    r"(?!\s?(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid)\b)"
+)
 _TIME_AMPM = re.compile(r"\b(1[0-2]|0?[1-9])(?:[:.]([0-5]\d))?\s?(am|pm|a\.m\.|p\.m\.)")
 
 
@@ -492,12 +540,17 @@ class _DateTime(Recognizer):
             m = pattern.search(lowered)
             if m:
                 month = _MONTHS.index(m.group(month_group)) + 1
-                try:
-                    candidate = _date(today.year, month, int(m.group(day_group)))
-                except ValueError:
-                    return None
-                # A date already past this year means next year's.
-                return candidate if candidate >= today else candidate.replace(year=today.year + 1)
+                day = int(m.group(day_group))
+                # The next such date from today: a date already past this year means next
+                # year's, and 29 February the next leap year's (8 years covers 2096 -> 2104).
+                for year in range(today.year, today.year + 9):
+                    try:
+                        candidate = _date(year, month, day)
+                    except ValueError:
+                        continue
+                    if candidate >= today:
+                        return candidate
+                return None  # no such day ("February 30")
         if "day after tomorrow" in lowered:
             return today + timedelta(days=2)
         if re.search(r"\btomorrow\b", lowered):
@@ -507,8 +560,8 @@ class _DateTime(Recognizer):
         for i, name in enumerate(_WEEKDAYS):
             if re.search(rf"\b{name}\b", lowered):
                 ahead = (i - today.weekday()) % 7
-                if ahead == 0 or re.search(rf"\bnext {name}\b", lowered):
-                    ahead = ahead or 7
+                if ahead == 0 and re.search(rf"\bnext {name}\b", lowered):
+                    ahead = 7  # "Saturday" on a Saturday is today; "next Saturday" is not
                 return today + timedelta(days=ahead)
         return None
 

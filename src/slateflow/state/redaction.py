@@ -1,5 +1,7 @@
 """Transcript redaction: card numbers and long digit runs never reach the State or a model.
 
+The Session applies :func:`redact` to every user turn; ``slateflow.conversation`` re-exports it.
+
 ``redact(text)`` replaces a Luhn-valid card number (13 to 19 digits, spaces or dashes allowed
 between them) with ``[card ending 1234]``, any other run of 7 or more digits with
 ``[redacted number]`` (dates such as ``2025-06-14`` are kept), and each custom pattern's
@@ -14,7 +16,8 @@ from collections.abc import Iterable
 __all__ = ["CARD", "LONG_NUMBER", "luhn_valid", "redact"]
 
 # Digits, optionally separated by single spaces or dashes; bounded so years and times stay.
-_DIGIT_RUN = re.compile(r"(?<![\w])\d(?:[ -]?\d){6,}(?![\w])")
+# Bounded by digits, not word characters, so a number glued to a word ("card4111...") is caught.
+_DIGIT_RUN = re.compile(r"(?<!\d)\d(?:[ -]?\d){6,}(?!\d)")
 CARD = "[card ending {last4}]"
 """What a card number becomes."""
 LONG_NUMBER = "[redacted number]"
@@ -23,8 +26,8 @@ LONG_NUMBER = "[redacted number]"
 
 def luhn_valid(digits: str) -> bool:
     """Whether a string of digits passes the Luhn checksum (card numbers do)."""
-    if not digits.isdigit():
-        return False
+    if not (digits.isascii() and digits.isdigit()):
+        return False  # "²" is a digit to str.isdigit(), not to a card
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
@@ -36,6 +39,7 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+_GLUE = re.compile(r"[^\W\d]")  # a letter or underscore
 _DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}-\d{1,2}-\d{4}")
 
 
@@ -45,17 +49,25 @@ def _number(match: re.Match[str]) -> str:
     digits = re.sub(r"\D", "", match.group())
     if 13 <= len(digits) <= 19 and luhn_valid(digits):
         return CARD.format(last4=digits[-4:])
+    text, start, end = match.string, match.start(), match.end()
+    if (start and _GLUE.match(text[start - 1])) or (end < len(text) and _GLUE.match(text[end])):
+        return match.group()  # part of a word ("AB1234567"): a reference, not a secret number
     return LONG_NUMBER
 
 
-def redact(text: str, patterns: Iterable[str | re.Pattern[str]] = ()) -> str:
+def redact(
+    text: str, patterns: str | re.Pattern[str] | Iterable[str | re.Pattern[str]] = ()
+) -> str:
     """``text`` with card numbers, long digit runs and ``patterns`` masked.
 
-    Custom patterns (regex strings or compiled patterns) are applied first, so one can mask a
-    structure that contains digits (an account reference) before the digit rules see it.
+    Custom patterns (regex strings or compiled patterns; one, or several) are applied first, so
+    one can mask a structure that contains digits (an account reference) before the digit rules
+    see it.
     """
     if not isinstance(text, str):
         raise TypeError(f"redact() takes the transcript text, got {type(text).__name__}")
+    if isinstance(patterns, str | re.Pattern):
+        patterns = [patterns]
     for pattern in patterns:
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
         text = compiled.sub("[redacted]", text)
