@@ -9,6 +9,7 @@ with the rest of what a voice or chat agent needs.
 from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
 from ..resolve import Turn, TurnContext
 from .extract import Extract, ExtractionResult, Extractor, Field, Trigger, TurnExtractor
+from .llm_extract import LLMExtractor
 from .promotion import Decision, Rule, keep_known, non_empty, overwrite, true_only
 from .recognizers import (
     Recognition,
@@ -34,6 +35,7 @@ __all__ = [
     "Extractor",
     "Field",
     "FlowStack",
+    "LLMExtractor",
     "Recognition",
     "Recognizer",
     "RepairPolicy",
