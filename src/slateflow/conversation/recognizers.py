@@ -490,6 +490,9 @@ _MONTHS = [
     "october", "november", "december",
 ]  # fmt: skip
 _PARTS = ("morning", "noon", "lunchtime", "afternoon", "evening", "tonight", "night")
+# Compiled once: a turn is read by several recognizers, each turn.
+_PART_WORDS = [(p, re.compile(rf"\b{p}\b")) for p in _PARTS]
+_WEEKDAY_WORDS = [(d, re.compile(rf"\b{d}\b")) for d in _WEEKDAYS]
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _DAY_MONTH = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?(?: of)? (" + "|".join(_MONTHS) + r")\b")
 _MONTH_DAY = re.compile(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2})(?:st|nd|rd|th)?\b")
@@ -515,7 +518,7 @@ class _DateTime(Recognizer):
             found["date"] = day.isoformat()
             found["weekday"] = _WEEKDAYS[day.weekday()]
         clock = self._time(lowered)
-        part = next((p for p in _PARTS if re.search(rf"\b{p}\b", lowered)), None)
+        part = next((p for p, word in _PART_WORDS if word.search(lowered)), None)
         if clock is not None:
             found["time"] = clock
         if part is not None:
@@ -557,8 +560,8 @@ class _DateTime(Recognizer):
             return today + timedelta(days=1)
         if re.search(r"\b(today|tonight)\b", lowered):
             return today
-        for i, name in enumerate(_WEEKDAYS):
-            if re.search(rf"\b{name}\b", lowered):
+        for i, (name, word) in enumerate(_WEEKDAY_WORDS):
+            if word.search(lowered):
                 ahead = (i - today.weekday()) % 7
                 if ahead == 0 and re.search(rf"\bnext {name}\b", lowered):
                     ahead = 7  # "Saturday" on a Saturday is today; "next Saturday" is not

@@ -172,6 +172,7 @@ class Session:
         self.inbox = Inbox()
         """Background results waiting for the model (see :meth:`take_deliveries`)."""
         self._hooks: list[TurnHook] = []
+        self._govs: list[Governor] = []
         self._turn_lock: anyio.Lock | None = None
         self._interrupting = False
         self._last_lines: frozenset[str] = frozenset()
@@ -189,7 +190,8 @@ class Session:
         self._thread = threading.get_ident()
         if self._max_concurrency is not None:
             self._limiter = anyio.CapacityLimiter(self._max_concurrency)
-        self._turn_lock = anyio.Lock()
+        # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
+        self._turn_lock = anyio.Lock(fast_acquire=True)
         self._open = True
         return self
 
@@ -626,6 +628,8 @@ class Session:
         self._check_usable()
         runner = flow._run_in(self, enforcement=enforcement)
         self._runners.append(runner)
+        if isinstance(runner, Governor):  # checked once: a Protocol isinstance is slow
+            self._govs.append(runner)
         return runner
 
     # -- turns -----------------------------------------------------------------------------
@@ -645,7 +649,7 @@ class Session:
         self._hooks.append(extractor)
 
     def _governors(self) -> list[Governor]:
-        return [r for r in self._runners if isinstance(r, Governor) and not _closed(r)]
+        return [g for g in self._govs if not _closed(g)]
 
     async def user_turn(self, text: str) -> TurnContext:
         """Handle what the user just said and return what the model should be told now.
