@@ -9,6 +9,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 
 BODY = """
 from slateflow import Flow, Resolver, Step, called_ok, captured, resolved, run
+from slateflow.conversation import Extract, integer_near
 from slateflow.testing import ConversationScript, fake_fetch
 
 
@@ -53,6 +54,10 @@ async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
     await slate_clock.advance(0.1)
     assert slate_state.get("slow:result") == 1
     assert scripted_llm.last_request.prompt == "Greet Ada"
+    slate_session.add_extractor(Extract("b").field("size", integer_near(["people"])).build())
+    ctx = await slate_session.user_turn("four people, card 4111 1111 1111 1111")
+    assert slate_state.get("b:size") == 4
+    assert ctx.turn.text == "four people, card [card ending 1111]"
 """
 
 ANYIO = (

@@ -1,0 +1,641 @@
+"""Turns through the Session: ``user_turn`` (redaction, transcript, extractors, flows, context),
+``tool_ok``, background results handed to the model exactly once, and the interruption race.
+
+Everything timed runs on a ManualClock; ``await clock.advance(0)`` lets ready tasks run.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slateflow import (
+    BackgroundResult,
+    Flow,
+    ManualClock,
+    Resolver,
+    Session,
+    State,
+    Step,
+    VoiceTiming,
+    called_ok,
+    captured,
+    commit,
+    is_set,
+    is_true,
+    require,
+    resolved,
+    run,
+)
+from slateflow.conversation import (
+    Extract,
+    Recognizer,
+    Trigger,
+    integer,
+    integer_near,
+    one_of,
+    regex,
+    true_only,
+    yes_no,
+)
+from slateflow.errors import SessionError
+
+pytestmark = pytest.mark.anyio
+
+
+def booking_plan() -> Flow:
+    return Flow(
+        "booking",
+        [
+            Step(
+                "ask",
+                done=captured("b:size"),
+                posture="Ask how many people.",
+                ground="Size: {b:size?known:unknown}.",
+            ),
+            Step(
+                "confirm",
+                after=["ask"],
+                done=is_true("b:ok"),
+                posture="Ask for a yes.",
+                ground="Booking for {b:size}.",
+            ),
+            Step("book", after=["confirm"], done=called_ok("book"), allow=["book"]),
+            Step("bye", after=["book"], terminal=True, posture="Say goodbye."),
+        ],
+        constraints=[commit("book", until=is_true("b:ok")), require("book", "bye")],
+    )
+
+
+def active(step: str) -> Any:
+    def check(value: Any, state: State) -> bool:
+        return step in (state.get("flow:booking:active") or [])
+
+    check.__name__ = f"{step} active"
+    return check
+
+
+class Probe(Recognizer):
+    """A recognizer that hears nothing and calls ``see(text)``: what an extractor was given."""
+
+    def __init__(self, see: Any) -> None:
+        self.see = see
+
+    def recognize(self, text: str) -> Any:
+        self.see(text)
+        return None
+
+    def describe(self) -> str:
+        return "a probe"
+
+
+def size_extractor(**options: Any) -> Any:
+    builder = Extract("b").field("size", integer_near(["people", "us"]))
+    if "window" in options:
+        builder = builder.window(options["window"])
+    if "triggers" in options:
+        builder = builder.trigger(*options["triggers"])
+    return builder.build()
+
+
+# -- recording the turn ------------------------------------------------------------------------
+
+
+async def test_a_turn_is_redacted_recorded_and_its_keys_last_one_turn() -> None:
+    seen: list[Any] = []
+    state = State()
+    clock = ManualClock()
+
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(
+            Extract("peek")
+            .field(
+                "x",
+                Probe(lambda t: seen.append((state.get("turn:user"), state.get("session:turn")))),
+            )
+            .build()
+        )
+        state.set("temp:scratch", 1)
+        ctx = await session.user_turn("card 4111 1111 1111 1111, account 12345678 for 2")
+        heard = "card [card ending 1111], account [redacted number] for 2"
+        assert ctx.turn.text == heard
+        assert ctx.turn.number == 1
+        assert ctx.turn.at == clock.time()
+        assert seen == [(heard, 1)]  # the extractor saw the turn keys during the turn
+        assert [t.text for t in session.transcript] == [heard]
+        assert state.get("session:turn") == 1
+        assert state.keys("turn:") == []
+        assert state.keys("temp:") == []
+        await session.user_turn("again")
+        assert [t.number for t in session.transcript] == [1, 2]
+        assert state.get("session:turn") == 2
+
+
+async def test_redaction_can_be_turned_off_or_replaced() -> None:
+    async with Session(State(), redact=None) as session:
+        ctx = await session.user_turn("4111 1111 1111 1111")
+        assert ctx.turn.text == "4111 1111 1111 1111"
+    async with Session(State(), redact=str.upper) as session:
+        ctx = await session.user_turn("hello")
+        assert ctx.turn.text == "HELLO"
+        assert session.transcript[0].text == "HELLO"
+
+
+async def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(TypeError, match="redact"):
+        Session(State(), redact="yes")  # type: ignore[arg-type]
+    async with Session(State()) as session:
+        with pytest.raises(TypeError, match="transcript text"):
+            await session.user_turn(b"hi")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="add_extractor takes an extractor"):
+            session.add_extractor(integer())  # type: ignore[arg-type]
+        extractor = size_extractor()
+        session.add_extractor(extractor)
+        with pytest.raises(SessionError, match="'b' is already added"):
+            session.add_extractor(extractor)
+        assert session.transcript == []
+
+
+# -- extractors in the session -----------------------------------------------------------------
+
+
+async def test_extractors_run_each_turn_with_provenance() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        extractor = size_extractor()
+        session.add_extractor(extractor)
+        await session.user_turn("hello")
+        await session.user_turn("four people")
+        assert state.get("b:size") == 4
+        prov = state.provenance("b:size")
+        assert prov is not None
+        assert (prov.source, prov.writer) == ("extraction", "b")
+        assert len(extractor.history) == 2
+        assert extractor.history[0].decisions == ()
+
+
+async def test_window_reads_the_last_turns_of_the_session_transcript() -> None:
+    state = State()
+    heard: list[str] = []
+
+    async with Session(state) as session:
+        session.add_extractor(Extract("spy").field("x", Probe(heard.append)).window(2).build())
+        for text in ["one", "two", "three"]:
+            await session.user_turn(text)
+    assert heard == ["one", "one two", "two three"]
+
+
+async def test_every_n_turns() -> None:
+    runs: list[int] = []
+    state = State()
+
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("c")
+            .field("x", Probe(lambda t: runs.append(state.get("session:turn"))))
+            .trigger(Trigger.every(2))
+            .build()
+        )
+        for i in range(5):
+            await session.user_turn(f"turn {i}")
+    assert runs == [2, 4]
+
+
+async def test_after_tool_runs_on_tool_ok_only() -> None:
+    state = State()
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("ref")
+            .field("code", regex(r"[A-Z]{2}\d{4}"))
+            .trigger(Trigger.after_tool())
+            .build()
+        )
+        await session.user_turn("my reference is AB1234")
+        assert not state.contains("ref:code")  # not on turns
+        await session.tool_ok("lookup")
+        assert state.get("ref:code") == "AB1234"
+
+
+@pytest.mark.parametrize("rereads", [True, False])
+async def test_on_step_change_reads_an_early_yes_once_its_question_is_asked(
+    rereads: bool,
+) -> None:
+    state = State()
+    clock = ManualClock()
+    triggers = [Trigger.every_turn(), Trigger.on_step_change()] if rereads else []
+    answer = Extract("ans").field_to(
+        "ok", "b:ok", yes_no(), true_only().accept_when(active("confirm"))
+    )
+    if triggers:
+        answer = answer.trigger(*triggers)
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(answer.build())  # runs before the size is known ...
+        session.add_extractor(size_extractor())  # ... which enters the confirm step
+        runner = session.run_flow(booking_plan())
+        await session.user_turn("yes, four people")  # said in one breath
+        assert runner.active_steps == ["confirm"]
+        assert not state.contains("b:ok")
+        await clock.advance(0)  # the step change re-runs the answer extractor
+        if rereads:
+            assert state.get("b:ok") is True
+            assert runner.active_steps == ["book"]
+        else:
+            assert not state.contains("b:ok")
+            assert runner.active_steps == ["confirm"]
+
+
+async def test_on_complete_in_call_mode_is_seen_by_the_flow_on_the_same_turn() -> None:
+    state = State()
+    calls: list[int] = []
+
+    async def check(state: State) -> dict[str, bool]:
+        calls.append(state.require("b:size"))
+        return {"open": True}
+
+    plan = Flow(
+        "booking",
+        [
+            Step("ask", done=resolved("check"), posture="Ask."),
+            Step("next", after=["ask"], terminal=True, posture="Next."),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.add_extractor(
+            Extract("b")
+            .field("size", integer_near(["people"]))
+            .on_complete(Resolver.fetch("check", check), "call")
+            .build()
+        )
+        session.run_flow(plan)
+        ctx = await session.user_turn("three people")
+        assert calls == [3]
+        assert ctx.postures == ("Next.",)
+        await session.user_turn("three people")  # still complete: not again
+        assert calls == [3]
+        state.remove("b:size")
+        await session.user_turn("hm")  # lost ...
+        await session.user_turn("five people")  # ... and found again: runs again
+        assert calls == [3, 5]
+
+
+async def test_on_complete_dispatch_returns_at_once() -> None:
+    state = State()
+    clock = ManualClock()
+
+    async def slow(state: State) -> str:
+        await clock.sleep(5)
+        return "done"
+
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(
+            Extract("b")
+            .field("size", integer())
+            .on_complete(Resolver.fetch("slow", slow), "dispatch")
+            .build()
+        )
+        await session.user_turn("2")
+        assert state.get("slow:status") == "running"
+        await clock.advance(5)
+        assert state.get("slow:result") == "done"
+
+
+async def test_a_broken_extractor_does_not_break_the_turn() -> None:
+    state = State()
+    failures: list[Any] = []
+
+    def on_failure(sender: Any, **kw: Any) -> None:
+        failures.append(kw["error"])
+
+    state.receiver_failed.connect(on_failure)
+    broken = integer().map(lambda v: 1 / 0)
+    async with Session(state) as session:
+        session.add_extractor(Extract("broken").field("x", broken).build())
+        session.add_extractor(size_extractor())
+        ctx = await session.user_turn("2 people")
+        assert ctx.turn.number == 1
+        assert state.get("b:size") == 2  # the next extractor still ran
+    assert [type(e) for e in failures] == [ZeroDivisionError]
+
+
+# -- the context -------------------------------------------------------------------------------
+
+
+async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> None:
+    state = State()
+    async with Session(state, tools=["book", "transfer"]) as session:
+        session.add_extractor(size_extractor())
+        runner = session.run_flow(booking_plan())
+        first = await session.user_turn("hi")
+        assert first.postures == ("Ask how many people.",)
+        assert first.grounds == ("Size: unknown.",)
+        assert first.unmet == ("book", "bye")
+        assert first.tools == ("transfer",)
+        assert set(first.refused) == {"book"}
+        assert first.lines == (
+            "Ask how many people.",
+            "Size: unknown.",
+            "Before finishing, these still need to happen: book, bye.",
+            "Tools you may call now: transfer.",
+        )
+        assert first.prompt == "\n".join(first.lines)
+        assert str(first) == first.prompt
+
+        again = await session.user_turn("hmm")
+        assert again.lines == ()  # nothing new
+        assert again.all_lines == first.all_lines
+
+        sized = await session.user_turn("four people")
+        assert runner.active_steps == ["confirm"]
+        assert sized.lines == ("Ask for a yes.", "Booking for 4.")
+
+        state.set("b:size", 5)
+        changed = session.context_now()
+        assert changed.lines == ("Booking for 5.",)  # a changed ground is said again
+        assert changed.turn.number == 3  # between turns: the last turn
+
+
+async def test_context_now_before_any_turn() -> None:
+    async with Session(State()) as session:
+        session.run_flow(booking_plan())
+        ctx = session.context_now()
+        assert ctx.turn.number == 0
+        assert ctx.postures == ("Ask how many people.",)
+
+
+# -- deliveries ------------------------------------------------------------------------------
+
+
+def lookup(clock: ManualClock, name: str = "lookup", after: float = 1.0) -> Resolver:
+    async def fetch(state: State) -> dict[str, str]:
+        await clock.sleep(after)
+        return {"from": name}
+
+    return Resolver.fetch(name, fetch)
+
+
+@pytest.mark.parametrize("scheduling", ["when_idle", "interrupt", "silent"])
+async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -> None:
+    clock = ManualClock()
+    async with Session(State(), clock=clock) as session:
+        session.background(lookup(clock), scheduling=scheduling)
+        ctx = await session.user_turn("first")
+        assert ctx.deliveries == ()
+        await clock.advance(1)
+        ctx = await session.user_turn("second")
+        assert [(r.name, r.value, r.scheduling.value) for r in ctx.deliveries] == [
+            ("lookup", {"from": "lookup"}, scheduling)
+        ]
+        lines = [line for line in ctx.lines if line.startswith("Background result")]
+        if scheduling == "silent":
+            assert lines == []
+        else:
+            assert lines == [
+                f"Background result ({scheduling}) from lookup: "
+                '{"resolver": "lookup", "result": {"from": "lookup"}, "status": "completed"}'
+            ]
+        third = await session.user_turn("third")
+        assert third.deliveries == ()
+        assert session.take_deliveries() == []
+
+
+async def test_an_interrupt_result_is_spoken_at_once_with_on_delivery() -> None:
+    clock = ManualClock()
+    spoken: list[BackgroundResult] = []
+    async with Session(State(), clock=clock, on_delivery=spoken.append) as session:
+        session.background(lookup(clock, "urgent"), scheduling="interrupt")
+        session.background(lookup(clock, "later"), scheduling="when_idle")
+        await clock.advance(1)
+        assert [r.name for r in spoken] == ["urgent"]
+        ctx = await session.user_turn("ok")
+        assert [r.name for r in ctx.deliveries] == ["later"]
+
+
+async def test_flow_background_actions_are_delivered_through_the_turn() -> None:
+    clock = ManualClock()
+    plan = Flow(
+        "f",
+        [
+            Step("wait", done=resolved("lookup"), on_enter=run(lookup(clock), "background")),
+            Step("end", after=["wait"], terminal=True),
+        ],
+    )
+    async with Session(State(), clock=clock) as session:
+        runner = session.run_flow(plan)
+        await clock.advance(1)
+        ctx = await session.user_turn("hello")
+        assert [r.value for r in ctx.deliveries] == [{"from": "lookup"}]
+        assert runner.take_deliveries() == []
+
+
+# -- the interruption race ---------------------------------------------------------------------
+
+
+async def test_results_landing_during_an_interruption_advance_the_flow_and_wait() -> None:
+    clock = ManualClock()
+    state = State()
+    spoken: list[BackgroundResult] = []
+    plan = Flow(
+        "f",
+        [
+            Step("check", done=resolved("urgent"), posture="Checking."),
+            Step("tell", after=["check"], terminal=True, posture="Tell them."),
+        ],
+    )
+    async with Session(state, clock=clock, on_delivery=spoken.append) as session:
+        runner = session.run_flow(plan)
+        session.background(lookup(clock, "urgent"), scheduling="interrupt")
+        session.background(lookup(clock, "idle"), scheduling="when_idle")
+        session.begin_interruption()
+        assert session.interrupting
+        await clock.advance(1)
+        # Landed while the caller talks: the State and the flow have them ...
+        assert state.get("urgent:result") == {"from": "urgent"}
+        assert runner.is_complete
+        # ... but nothing was spoken over the caller.
+        assert spoken == []
+        session.end_interruption()
+        assert not session.interrupting
+        await clock.advance(0)
+        assert [r.name for r in spoken] == ["urgent"]
+        ctx = await session.user_turn("sorry, go on")
+        assert [r.name for r in ctx.deliveries] == ["idle"]  # the urgent one: never twice
+        session.begin_interruption()
+        session.end_interruption()
+        await clock.advance(0)
+        assert [r.name for r in spoken] == ["urgent"]
+
+
+async def test_without_on_delivery_held_results_wait_for_the_next_turn() -> None:
+    clock = ManualClock()
+    async with Session(State(), clock=clock) as session:
+        session.background(lookup(clock, "urgent"), scheduling="interrupt")
+        session.begin_interruption()
+        await clock.advance(1)
+        session.end_interruption()
+        await clock.advance(0)
+        ctx = await session.user_turn("go on")
+        assert [r.name for r in ctx.deliveries] == ["urgent"]
+
+
+async def test_a_result_from_another_thread_during_a_turn_is_delivered_once() -> None:
+    state = State()
+    release = threading.Event()
+    started = threading.Event()
+
+    def work(state: State) -> str:
+        started.set()
+        release.wait(5)
+        return "from a thread"
+
+    slow_plan = Flow("f", [Step("wait", done=is_set("w:result"), posture="Wait.")])
+
+    async with Session(state) as session:
+        session.add_extractor(Extract("x").field("y", Probe(lambda t: release.set())).build())
+        session.run_flow(slow_plan)
+        session.background(Resolver.function("w", work, thread=True))
+        with anyio.fail_after(5):
+            while not started.is_set():
+                await anyio.lowlevel.checkpoint()
+            first = await session.user_turn("now")
+            await session.wait_idle()
+        second = await session.user_turn("then")
+        delivered = [r.value for r in first.deliveries + second.deliveries]
+        assert delivered == ["from a thread"]
+        assert state.get("w:result") == "from a thread"
+
+
+EVENTS = st.lists(
+    st.sampled_from(["advance", "begin", "end", "turn", "take", "now"]), min_size=1, max_size=25
+)
+SCHEDULES = st.lists(
+    st.tuples(st.sampled_from(["when_idle", "interrupt", "silent"]), st.integers(1, 6)),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(deadline=None, max_examples=60)
+@given(events=EVENTS, schedules=SCHEDULES, push=st.booleans())
+def test_every_result_is_handed_out_exactly_once(
+    events: list[str], schedules: list[tuple[str, int]], push: bool
+) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        state = State()
+        handed: list[str] = []
+        spoken_while_interrupting: list[str] = []
+        session: Session
+
+        def speak(result: BackgroundResult) -> None:
+            if session.interrupting:
+                spoken_while_interrupting.append(result.name)
+            handed.append(result.name)
+
+        async with Session(state, clock=clock, on_delivery=speak if push else None) as session:
+            for i, (scheduling, after) in enumerate(schedules):
+                session.background(lookup(clock, f"r{i}", after), scheduling=scheduling)
+            for event in events:
+                if event == "advance":
+                    await clock.advance(1)
+                elif event == "begin":
+                    session.begin_interruption()
+                elif event == "end":
+                    session.end_interruption()
+                    await clock.advance(0)
+                elif event == "turn":
+                    ctx = await session.user_turn("x")
+                    handed.extend(r.name for r in ctx.deliveries)
+                elif event == "take":
+                    handed.extend(r.name for r in session.take_deliveries())
+                else:
+                    handed.extend(r.name for r in session.context_now().deliveries)
+            await clock.advance(10)  # everything lands
+            session.end_interruption()
+            await clock.advance(0)
+            handed.extend(r.name for r in session.take_deliveries())
+        names = [f"r{i}" for i in range(len(schedules))]
+        assert sorted(handed) == sorted(names)  # each exactly once: none lost, none twice
+        assert spoken_while_interrupting == []
+        for name in names:
+            assert state.get(f"{name}:result") == {"from": name}
+
+    for backend in ("asyncio", "trio"):
+        anyio.run(main, backend=backend)
+
+
+# -- voice timing ------------------------------------------------------------------------------
+
+
+async def test_voice_timing_of_active_steps_is_merged_and_published() -> None:
+    state = State()
+    plan = Flow(
+        "t",
+        [
+            Step(
+                "a",
+                done=is_true("a"),
+                timing=VoiceTiming(reprompt_after_ms=8000, end_of_speech_ms=400),
+            ),
+            Step(
+                "b",
+                done=is_true("b"),
+                timing=VoiceTiming(
+                    reprompt_after_ms=5000, end_of_speech_ms=900, interruptible=False
+                ),
+            ),
+            Step("c", after=["a", "b"], done=is_true("c")),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(plan)
+        ctx = await session.user_turn("hi")
+        merged = {"reprompt_after_ms": 5000, "end_of_speech_ms": 900, "interruptible": False}
+        assert state.get("session:voice_timing") == merged
+        assert ctx.voice_timing == merged
+        state.set("b", True)
+        ctx = await session.user_turn("b done")
+        assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 400}
+        state.set("a", True)
+        ctx = await session.user_turn("a done")  # "c" has no timing
+        assert ctx.voice_timing is None
+        assert not state.contains("session:voice_timing")
+
+
+async def test_timing_follows_a_step_change_between_turns() -> None:
+    state = State()
+    clock = ManualClock()
+    plan = Flow(
+        "t",
+        [
+            Step("a", done=is_true("a")),
+            Step("b", after=["a"], done=is_true("b"), timing=VoiceTiming(filler_after_ms=1500)),
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        session.run_flow(plan)
+        await session.user_turn("hi")
+        assert not state.contains("session:voice_timing")
+        state.set("a", True)  # a background result, say
+        await clock.advance(0)
+        assert state.get("session:voice_timing") == {"filler_after_ms": 1500}
+
+
+async def test_one_of_topics_in_turn_keys_are_gone_after_the_turn() -> None:
+    state = State()
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("topic").field_to("t", "turn:topic", one_of(["parking", "menu"])).build()
+        )
+        seen: list[Any] = []
+        plan = Flow("f", [Step("s", done=is_set("turn:topic"), posture="Topic!")])
+        runner = session.run_flow(plan)
+        await session.user_turn("is there parking")
+        seen.append(runner.done_steps)
+        assert seen == [["s"]]
+        assert not state.contains("turn:topic")
