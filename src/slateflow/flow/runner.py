@@ -905,7 +905,9 @@ class FlowRunner:
         steps = self.flow.steps
         for i, policy in self._repairs.items():
             sid = steps[i].id
-            keys[reprompt_key(sid)] = self._stuck.get(i, 0) >= policy.reprompt_after
+            keys[reprompt_key(sid)] = (
+                self._active[i] and self._stuck.get(i, 0) >= policy.reprompt_after
+            )
             keys[escalate_key(sid)] = i in self._escalated
             if policy.flag is not None:
                 keys[policy.flag] = keys.get(policy.flag, False) or i in self._escalated

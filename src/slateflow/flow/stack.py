@@ -213,8 +213,6 @@ class StackRunner:
         trigger holds, or advance the main flow."""
         self._check_open()
         self.turns += 1
-        if self.terminated is not None:
-            return
         if self._active is not None and self._closing:
             self._leave()
         if self.terminated is not None:
