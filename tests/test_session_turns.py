@@ -639,3 +639,57 @@ async def test_one_of_topics_in_turn_keys_are_gone_after_the_turn() -> None:
         seen.append(runner.done_steps)
         assert seen == [["s"]]
         assert not state.contains("turn:topic")
+
+
+async def test_a_timer_that_fires_during_an_interruption_is_delivered_once() -> None:
+    # A lookup that times out on the session clock while the caller talks: its error is a
+    # result like any other, held, then handed over once.
+    clock = ManualClock()
+    spoken: list[BackgroundResult] = []
+    state = State()
+
+    async def never(state: State) -> None:
+        await clock.sleep(100)
+
+    slow = Resolver.fetch("slow", never, timeout=2)
+    async with Session(state, clock=clock, on_delivery=spoken.append) as session:
+        session.background(slow, scheduling="interrupt")
+        session.begin_interruption()
+        await clock.advance(2)
+        assert state.get("slow:status") == "error"
+        assert spoken == []
+        session.end_interruption()
+        await clock.advance(0)
+        assert [(r.name, r.status) for r in spoken] == [("slow", "error")]
+        ctx = await session.user_turn("and?")
+        assert ctx.deliveries == ()
+
+
+async def test_a_conversation_script_drives_turns_and_digressions() -> None:
+    from slateflow import Digression, FlowStack
+    from slateflow.testing import ConversationScript
+
+    faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
+    async with Session(State(), clock=ManualClock(), tools=["book"]) as session:
+        session.add_extractor(size_extractor())
+        session.add_extractor(
+            Extract("topic").field_to("p", "turn:parking", one_of(["parking"])).build()
+        )
+        script = ConversationScript(session)
+        await script.start(
+            FlowStack(booking_plan(), [Digression("parking", is_set("turn:parking"), faq)])
+        )
+        ctx = await script.user("hi")
+        assert ctx is script.context
+        script.expect_told("Ask how many people.")
+        await script.user("is there parking?")
+        assert script.stack.overlay == "parking"
+        script.expect_told("Parking is free.")
+        script.expect_refused("book")
+        await script.user("two people")
+        script.expect_step("confirm")
+        script.expect_told("Booking for 2.")
+        with pytest.raises(AssertionError, match="expected the model to be told 'Say goodbye"):
+            script.expect_told("Say goodbye")
+        assert script.transcript == ["hi", "is there parking?", "two people"]
+        assert len(script.contexts) == 3

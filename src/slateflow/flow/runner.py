@@ -1155,6 +1155,9 @@ class FlowRunner:
         whatever step is active, or None: what still binds while a digression has the floor."""
         if self.enforcement is Enforcement.OBSERVE:
             return None
+        return self._constraint_reason(tool)
+
+    def _constraint_reason(self, tool: str) -> str | None:
         with self._lock, self._committed():
             if tool in self._once and self._tools_ok.get(tool, 0) > 0:
                 return self._reason(tool, "once", "")

@@ -333,8 +333,13 @@ class StackRunner:
         return refusal
 
     def why_blocked(self, tool: str) -> str | None:
-        """Like :meth:`refusal`."""
-        return self.refusal(tool)
+        """Why ``tool`` would be refused now, even in observe mode (nothing is recorded)."""
+        if self.terminated is not None:
+            return self._ended()
+        reason = self.current.why_blocked(tool)
+        if reason is None and self._active is not None:
+            reason = self.main._constraint_reason(tool)
+        return reason
 
     def explain(self) -> FlowExplanation:
         """The speaking layer's explanation."""

@@ -134,7 +134,8 @@ class ConversationScript:
 
     async def tool_ok(self, tool: str) -> None:
         """The model calls ``tool`` and it succeeds. Fails the test if the flow refuses it."""
-        admission = self.runner.admit(tool)
+        started = self._started
+        admission = (started if isinstance(started, StackRunner) else self.runner).admit(tool)
         if not admission.allowed:
             raise AssertionError(
                 f"the flow refused {tool!r}: {admission.reason}\n{why(self.runner, self.state)}"
@@ -198,10 +199,15 @@ class ConversationScript:
                 f"{shown(self.state, key, got)}\n{why(self._runner, self.state)}"
             )
 
+    def _why_blocked(self, tool: str) -> str | None:
+        # A stack answers for all its layers (the main flow's constraints bind in a digression).
+        started = self._started
+        return (started if isinstance(started, StackRunner) else self.runner).why_blocked(tool)
+
     def expect_refused(self, tool: str, reason: str | None = None) -> str:
         """The flow refuses ``tool`` now (with ``reason`` in its message, when given); returns
         the reason. Records nothing, even in observe mode."""
-        refusal = self.runner.why_blocked(tool)
+        refusal = self._why_blocked(tool)
         if refusal is None:
             raise AssertionError(
                 f"expected the flow to refuse {tool!r}, but it admits it\n"
@@ -216,7 +222,7 @@ class ConversationScript:
 
     def expect_admitted(self, tool: str) -> None:
         """The flow admits ``tool`` now."""
-        refusal = self.runner.why_blocked(tool)
+        refusal = self._why_blocked(tool)
         if refusal is not None:
             raise AssertionError(
                 f"expected {tool!r} to be admitted, but: {refusal}\n" + why(self.runner, self.state)
