@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_REPROMPT", "VOICE_TIMING_KEY", "VoiceTiming"]
+from ..resolve.turns import VOICE_TIMING_KEY
 
-VOICE_TIMING_KEY = "session:voice_timing"
-"""Where the merged timing of the active steps is published."""
+__all__ = ["DEFAULT_REPROMPT", "VOICE_TIMING_KEY", "VoiceTiming"]
 
 DEFAULT_REPROMPT = (
     "The user has not answered. Briefly repeat or rephrase your last question, and do not add "

@@ -34,7 +34,15 @@ from .clock import SYSTEM_CLOCK, Clock
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
-from .turns import Governor, Inbox, Turn, TurnContext, TurnHook, context_lines
+from .turns import (
+    VOICE_TIMING_KEY,
+    Governor,
+    Inbox,
+    Turn,
+    TurnContext,
+    TurnHook,
+    context_lines,
+)
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Runnable", "Session"]
@@ -313,7 +321,8 @@ class Session:
         with the ``scheduling`` hint. Its exceptions are logged and reported on
         ``state.receiver_failed``; they never reach the session. Without ``deliver`` the result
         goes to the session: to ``on_delivery`` at once for ``interrupt`` scheduling, else into
-        the next :class:`TurnContext` (``silent`` results are only written to the state).
+        the next :class:`TurnContext` (a ``silent`` one is handed over with no line for the
+        model).
         """
         if deliver is None:
             deliver = self._to_model
@@ -693,6 +702,8 @@ class Session:
         """Report that ``tool`` ran successfully: the flows advance (``once``, ``commit`` and
         ``called_ok`` guards see it) and extractors with ``Trigger.after_tool()`` run."""
         self._check_usable()
+        if type(tool) is not str or not tool:
+            raise TypeError(f"tool_ok takes the tool's name, got {tool!r}")
         for governor in self._governors():
             governor.on_tool_ok(tool)
         assert self._turn_lock is not None
@@ -808,21 +819,15 @@ class Session:
             timing = governor.voice_timing()
             if timing is not None:
                 merged = timing if merged is None else merged.merge(timing)
-        if merged == self._timing and (merged is None) == (
-            not self.state.contains("session:voice_timing")
-        ):
-            return
         self._timing = merged
+        key = VOICE_TIMING_KEY
         if merged is None:
-            if self.state.contains("session:voice_timing"):
-                self.state.remove("session:voice_timing", source="session", writer="voice_timing")
-        else:
-            self.state.set(
-                "session:voice_timing",
-                merged.model_dump(mode="json", exclude_none=True),
-                source="session",
-                writer="voice_timing",
-            )
+            if self.state.contains(key):
+                self.state.remove(key, source="session", writer="voice_timing")
+            return
+        value = merged.model_dump(mode="json", exclude_none=True)
+        if self.state.get(key) != value:  # written on change only: readers react to changes
+            self.state.set(key, value, source="session", writer="voice_timing")
 
     def _steps_changed(self, entered: bool, timed: bool) -> None:
         """A flow of this session changed its active steps (called from the flow layer, any

@@ -18,9 +18,19 @@ from .background import BackgroundResult, Scheduling
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["Governor", "Inbox", "Turn", "TurnContext", "TurnHook", "delivery_line"]
+__all__ = [
+    "VOICE_TIMING_KEY",
+    "Governor",
+    "Inbox",
+    "Turn",
+    "TurnContext",
+    "TurnHook",
+    "delivery_line",
+]
 
 UNMET_PREFIX = "Before finishing, these still need to happen: "
+VOICE_TIMING_KEY = "session:voice_timing"
+"""Where the session publishes the merged voice timing of the active steps."""
 
 
 @dataclass(frozen=True, slots=True)
