@@ -663,16 +663,21 @@ class FlowRunner:
             return
         fired.add(r)
         for i in reset.targets:
-            if self._done[i] or self._active[i] or self._entered[i]:
-                if self._done[i]:
-                    self._set_done(i, False)
-                if self._active[i]:
-                    self._set_active(i, False)
-                self._entered[i] = False
-                events.append(("reset", i))
-            if i in self._repairs:
-                self._forget_repair(i)
-            self._push(i)
+            self._reopen(i, events)
+
+    def _reopen(self, i: int, events: list[tuple[str, int]]) -> None:
+        """Make step ``i`` not done, not active and not entered (its on_enter re-armed), forget
+        its repair bookkeeping, and queue it (call under the lock)."""
+        if self._done[i] or self._active[i] or self._entered[i]:
+            if self._done[i]:
+                self._set_done(i, False)
+            if self._active[i]:
+                self._set_active(i, False)
+            self._entered[i] = False
+            events.append(("reset", i))
+        if i in self._repairs:
+            self._forget_repair(i)
+        self._push(i)
 
     def _is_complete(self) -> bool:
         if self._required:
@@ -967,18 +972,9 @@ class FlowRunner:
             self._check_open()
             events: list[tuple[str, int]] = []
             for i in range(len(self._rt)):
-                if self._done[i] or self._active[i] or self._entered[i]:
-                    if self._done[i]:
-                        self._set_done(i, False)
-                    if self._active[i]:
-                        self._set_active(i, False)
-                    self._entered[i] = False
-                    events.append(("reset", i))
-                self._push(i)
+                self._reopen(i, events)
             self._tools_ok.clear()
             self._marking = None
-            self._stuck.clear()
-            self._escalated.clear()
             for reset in self._resets:
                 reset.last = False
             self._suspended = False
