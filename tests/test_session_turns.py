@@ -693,3 +693,27 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
             script.expect_told("Say goodbye")
         assert script.transcript == ["hi", "is there parking?", "two people"]
         assert len(script.contexts) == 3
+
+
+async def test_the_context_as_json() -> None:
+    import json
+
+    clock = ManualClock()
+    async with Session(State(), clock=clock, tools=["book"]) as session:
+        session.run_flow(booking_plan())
+        session.background(lookup(clock), scheduling="when_idle")
+        await clock.advance(1)
+        data = (await session.user_turn("hi")).to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["turn"] == {"number": 1, "text": "hi", "at": clock.time()}
+    assert data["deliveries"] == [
+        {
+            "name": "lookup",
+            "scheduling": "when_idle",
+            "response": {"status": "completed", "resolver": "lookup", "result": {"from": "lookup"}},
+        }
+    ]
+    assert data["tools"] == []
+    assert list(data["refused"]) == ["book"]
+    assert data["prompt"] == "\n".join(data["lines"])
+    assert data["postures"] == ["Ask how many people."]

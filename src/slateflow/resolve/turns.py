@@ -109,6 +109,26 @@ class TurnContext:
     def __str__(self) -> str:
         return self.prompt
 
+    def to_dict(self) -> dict[str, Any]:
+        """The context as JSON-ready data, for a voice loop in another process or a log;
+        each delivery is its name, scheduling and formatted response."""
+        return {
+            "turn": {"number": self.turn.number, "text": self.turn.text, "at": self.turn.at},
+            "postures": list(self.postures),
+            "grounds": list(self.grounds),
+            "reprompts": list(self.reprompts),
+            "unmet": list(self.unmet),
+            "deliveries": [
+                {"name": d.name, "scheduling": d.scheduling.value, "response": d.response}
+                for d in self.deliveries
+            ],
+            "tools": list(self.tools),
+            "refused": dict(self.refused),
+            "voice_timing": self.voice_timing,
+            "lines": list(self.lines),
+            "prompt": self.prompt,
+        }
+
 
 def context_lines(
     postures: Iterable[str],
