@@ -717,3 +717,24 @@ async def test_the_context_as_json() -> None:
     assert list(data["refused"]) == ["book"]
     assert data["prompt"] == "\n".join(data["lines"])
     assert data["postures"] == ["Ask how many people."]
+
+
+async def test_interruptions_reported_from_another_thread() -> None:
+    clock = ManualClock()
+    spoken: list[BackgroundResult] = []
+    heard = anyio.Event()
+
+    def speak(result: BackgroundResult) -> None:
+        spoken.append(result)
+        heard.set()
+
+    async with Session(State(), clock=clock, on_delivery=speak) as session:
+        session.background(lookup(clock, "urgent"), scheduling="interrupt")
+        await anyio.to_thread.run_sync(session.begin_interruption)
+        await clock.advance(1)
+        assert spoken == []
+        await anyio.to_thread.run_sync(session.end_interruption)
+        with anyio.fail_after(5):
+            await heard.wait()
+        assert [r.name for r in spoken] == ["urgent"]
+        assert (await session.user_turn("go on")).deliveries == ()

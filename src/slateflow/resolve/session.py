@@ -778,7 +778,8 @@ class Session:
 
     def begin_interruption(self) -> None:
         """The user started talking over the agent: ``interrupt`` results that land now are
-        held (they still write the state, so flows advance) until :meth:`end_interruption`."""
+        held (they still write the state, so flows advance) until :meth:`end_interruption`.
+        Both may be called from any thread (a voice framework's audio callback, say)."""
         self._interrupting = True
 
     def end_interruption(self) -> None:
@@ -786,8 +787,13 @@ class Session:
         next turn without one). Nothing is delivered twice."""
         self._interrupting = False
         if self.on_delivery is not None:
-            for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
-                self._spawn(self._push, result)
+            self._soon(self._flush_interrupts)  # a voice loop may call this from its own thread
+
+    def _flush_interrupts(self) -> None:
+        if self._interrupting:
+            return  # interrupted again before this ran: they wait for that one to end
+        for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
+            self._spawn(self._push, result)
 
     def _to_model(self, result: BackgroundResult, origin: object = None) -> Any:
         """Where a background result with no ``deliver`` of its own goes."""
