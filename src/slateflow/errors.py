@@ -22,6 +22,7 @@ __all__ = [
     "InvalidKeyError",
     "KeyExistsError",
     "MissingKeyError",
+    "OrchestrationError",
     "PolicyViolation",
     "ReadOnlyError",
     "ResolverCancelledError",
@@ -196,3 +197,8 @@ class FakeScriptError(SlateError):
 
 class ExtractDefinitionError(SlateError, ValueError):
     """An extractor was defined with bad arguments; the message names the extractor and field."""
+
+
+class OrchestrationError(SlateError, ValueError):
+    """An orchestration was called with bad arguments (a spec, a stage, a loop without a cap);
+    the message names the task or combinator and says what to pass instead."""
