@@ -161,7 +161,10 @@ async def execute_parallel(
     outcomes: list[StepOutcome | None] = [None] * len(checked)
     if not checked:
         return []
-    limiter = _limit(executor)
+    limiter: anyio.CapacityLimiter | None = _limit(executor)
+    assert limiter is not None
+    if limiter.total_tokens >= len(checked):
+        limiter = None  # every branch fits: no slot to wait for (and no checkpoint each)
 
     async def branch(i: int, spec: AgentStepSpec) -> None:
         outcomes[i] = await run_step(executor, spec, state=state, limiter=limiter)
