@@ -29,6 +29,7 @@ DOC_PAGES = [
     "docs/flows.md",
     "docs/testing.md",
     "docs/conversation.md",
+    "docs/orchestration.md",
     "docs/errors.md",
 ]
 
