@@ -2,10 +2,14 @@
 
 Steps (:class:`AgentStepSpec`) are run by an :class:`AgentExecutor` (``LocalExecutor`` in this
 process); ``execute_parallel``, ``execute_pipeline`` and ``execute_loop`` compose them as code,
-and write each step's progress into a State like a resolver's. Budgets, lifecycle events,
-workflows and supervision build on these.
+and write each step's progress into a State like a resolver's. ``WorkflowBudget`` is the
+ledger a workflow's model calls are checked against, and :mod:`.events` the lifecycle
+vocabulary (budget and compaction events, JSON-compatible with layer0's). Workflows and
+supervision build on these.
 """
 
+from . import events
+from .budget import BudgetSnapshot, WorkflowBudget, budget_event
 from .combinators import (
     LoopDecision,
     PipelineStage,
@@ -21,10 +25,14 @@ __all__ = [
     "AgentExecutor",
     "AgentFunction",
     "AgentStepSpec",
+    "BudgetSnapshot",
     "LocalExecutor",
     "LoopDecision",
     "PipelineStage",
     "StepOutcome",
+    "WorkflowBudget",
+    "budget_event",
+    "events",
     "execute_loop",
     "execute_parallel",
     "execute_pipeline",
