@@ -113,10 +113,13 @@ def _number_words(tokens: Sequence[str], start: int) -> tuple[int, int] | None:
 
     A word that cannot follow the one before it ends the number, so "five, six" is five (then
     six), not eleven: a unit or teen after a unit or teen, or a tens word after anything but a
-    scale ("twenty twenty six" is twenty, then twenty six).
+    scale ("twenty twenty six" is twenty, then twenty six). A scale needs a number before it
+    and a bigger scale before that, so "two hundred hundred" is two hundred and "two million
+    million" two million.
     """
     total, current, i, used = 0, 0, start, 0
     last = ""  # the kind of the previous word: unit (1-9), teen (10-19), tens, scale
+    big = 0  # the last thousand or million said (0: none yet); a later one must be smaller
     while i < len(tokens):
         tok = tokens[i]
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
@@ -142,10 +145,14 @@ def _number_words(tokens: Sequence[str], start: int) -> tuple[int, int] | None:
         elif tok in _SCALES and used:
             scale = _SCALES[tok]
             if scale == 100:
-                current = (current or 1) * 100
+                if not 0 < current < 100:
+                    break
+                current *= 100
             else:
-                total += (current or 1) * scale
-                current = 0
+                if not current or (big and scale >= big):
+                    break
+                total += current * scale
+                current, big = 0, scale
             i += 1
             last = "scale"
         elif tok == "and" and used and last == "scale" and (nxt in _UNITS or nxt in _TENS):
@@ -189,7 +196,11 @@ class _Integer(Recognizer):
 
 
 def integer() -> Recognizer:
-    """The first whole number, in digits ("4", "1,200") or words ("four", "twenty one")."""
+    """The first whole number, in digits ("4", "1,200") or words ("four", "twenty one",
+    "a hundred").
+
+    Numbers said one after another are not added: "five, six" is 5, "twenty twenty six" 20.
+    """
     return _Integer()
 
 
@@ -216,15 +227,23 @@ class _IntegerNear(Recognizer):
 
 def integer_near(words: Iterable[str], distance: int = 3) -> Recognizer:
     """A whole number within ``distance`` words of one of ``words`` ("a party of four",
-    "four people"), the closest one when there are several."""
-    keys = frozenset(w.lower() for w in ([words] if isinstance(words, str) else words))
-    if not keys:
+    "four people"), the closest one when there are several.
+
+    Each of ``words`` is one word (the text is read word by word, so "per person" or "it's"
+    would never be found: give "person"); a plural "s" on the anchor is ignored.
+    """
+    given = [words] if isinstance(words, str) else list(words)
+    if not given:
         raise ValueError("integer_near() needs at least one word")
-    if any(not isinstance(w, str) or not w.strip() for w in keys):
-        raise ValueError(f"integer_near() words must be non-blank strings, got {sorted(keys)!r}")
+    for word in given:
+        if not isinstance(word, str) or _tokens(word) != [word.strip().lower()]:
+            raise ValueError(
+                f"integer_near() words must each be a single word (letters, no spaces, "
+                f"hyphens or apostrophes), got {word!r}: give the word said next to the number"
+            )
     if type(distance) is not int or distance < 0:
         raise ValueError(f"integer_near() distance must be a whole number >= 0, got {distance!r}")
-    return _IntegerNear(keys, distance)
+    return _IntegerNear(frozenset(w.strip().lower() for w in given), distance)
 
 
 # -- money ---------------------------------------------------------------------------------
@@ -235,13 +254,13 @@ _CURRENCIES = {
     "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP", "quid": "GBP",
 }  # fmt: skip
 _MINOR = {"cent": "USD", "cents": "USD", "pence": "GBP"}
+_ONE = {"dollar", "buck", "euro", "pound", "quid", "cent"}  # "a dollar fifty" is 1.50
 _SYMBOL_AMOUNT = re.compile(r"([$€£])\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?")
 _AMOUNT_WORD = re.compile(
     r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?\s?(usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid)\b"
 )
-
-
 _BARE_AMOUNT = re.compile(r"\b(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?\b")
+_CENTS_LEAD = re.compile(r"\s+(?:and\s+)?")
 
 
 def _money(amount: Decimal, currency: str) -> dict[str, Any]:
@@ -254,38 +273,45 @@ class _Money(Recognizer):
         self.default = default
 
     def recognize(self, text: str) -> Recognition | None:
-        lowered = text.lower()
+        lowered = text.lower().replace("-", " ")
         m = _SYMBOL_AMOUNT.search(lowered)
         if m:
-            whole = m.group(2).replace(",", "")
-            cents = (m.group(3) or "0").ljust(2, "0")
-            return Recognition(_money(Decimal(f"{whole}.{cents}"), _CURRENCIES[m.group(1)]), 0.95)
+            whole = Decimal(m.group(2).replace(",", ""))
+            if m.group(3) is not None:
+                amount = whole + Decimal(m.group(3).ljust(2, "0")) / 100
+            else:
+                amount = whole + Decimal(_cents_after(lowered[m.end() :], named=True)) / 100
+            return Recognition(_money(amount, _CURRENCIES[m.group(1)]), 0.95)
         m = _AMOUNT_WORD.search(lowered)
         if m:
-            whole = m.group(1).replace(",", "")
+            whole = Decimal(m.group(1).replace(",", ""))
             currency = _CURRENCIES[m.group(3)]
             if m.group(2) is not None:
-                amount = Decimal(f"{whole}.{m.group(2).ljust(2, '0')}")
+                amount = whole + Decimal(m.group(2).ljust(2, "0")) / 100
             else:
-                amount = Decimal(whole) + Decimal(_cents_after(_tokens(lowered[m.end() :]))) / 100
+                amount = whole + Decimal(_cents_after(lowered[m.end() :])) / 100
             return Recognition(_money(amount, currency), 0.9)
         return self._words(lowered)
 
     def _words(self, lowered: str) -> Recognition | None:
-        # "twelve dollars fifty", "twenty euros", "fifty cents"
-        tokens = _tokens(lowered)
+        # "twelve dollars fifty", "twenty euros", "fifty cents", "a dollar"
+        spans = list(_WORD.finditer(lowered))
+        tokens = [span.group() for span in spans]
         for i, tok in enumerate(tokens):
             currency = _CURRENCIES.get(tok)
             minor_currency = _MINOR.get(tok)
             if currency is None and minor_currency is None:
                 continue
             before = _trailing_number(tokens[:i])
+            said_a = tokens[i - 1 : i] == ["a"] and tokens[i - 2 : i - 1] != ["half"]
+            if before is None and said_a and tok in _ONE:
+                before = 1  # "a dollar fifty"; "half a dollar" is not read
             if before is None:
                 continue
             if minor_currency is not None:
                 return Recognition(_money(Decimal(before) / 100, minor_currency), 0.8)
-            cents = _cents_after(tokens[i + 1 :])
             assert currency is not None
+            cents = _cents_after(lowered[spans[i].end() :])
             return Recognition(_money(Decimal(before) + Decimal(cents) / 100, currency), 0.8)
         if self.default is not None:
             m = _BARE_AMOUNT.search(lowered)
@@ -299,18 +325,26 @@ class _Money(Recognizer):
         return "an amount of money"
 
 
-def _cents_after(tokens: Sequence[str]) -> int:
-    """The cents said after a currency word ("fifty", "and fifty cents", "50"), else 0."""
-    start = 1 if tokens[:1] == ["and"] else 0
-    if start >= len(tokens):
+def _cents_after(rest: str, *, named: bool = False) -> int:
+    """The cents said right after an amount ("fifty", "and fifty cents", "50"), else 0.
+
+    Only spaces and "and" may come between: after a comma ("one dollar, two people") the number
+    counts something else. With ``named`` the cents must be called so ("$12 and 50 cents"): a
+    bare number after "$12" is rarely cents ("$12 for 2").
+    """
+    lead = _CENTS_LEAD.match(rest)
+    tokens = _tokens(rest[lead.end() :]) if lead else []
+    if not tokens:
         return 0
-    if tokens[start].isdigit():
-        cents = int(tokens[start])
+    if tokens[0].isdigit():
+        cents, used = int(tokens[0]), 1
     else:
-        words = _number_words(tokens, start)
+        words = _number_words(tokens, 0)
         if words is None:
             return 0
-        cents = words[0]
+        cents, used = words
+    if named and (used >= len(tokens) or tokens[used] not in _MINOR):
+        return 0
     return cents if cents < 100 else 0
 
 
@@ -330,10 +364,12 @@ def _trailing_number(tokens: Sequence[str]) -> int | None:
 def money(default_currency: str | None = None) -> Recognizer:
     """An amount of money: ``{"amount": "12.50", "currency": "USD", "minor": 1250}``.
 
-    Reads "$12.50", "€30", "1,200 dollars", "30 EUR", "twelve dollars fifty", "fifty cents".
-    The amount is a decimal string (never a float) and ``minor`` the amount in cents. With
-    ``default_currency`` ("USD"), a bare number ("12.50") is read as that currency, with a lower
-    confidence.
+    Reads "$12.50", "€30", "1,200 dollars", "30 EUR", "twelve dollars and fifty cents",
+    "12 dollars 50", "a dollar fifty", "fifty cents"; cents are read only right after the amount
+    ("one dollar, two people" is 1.00), and after a symbol only when called so ("$12 and 50
+    cents"). The amount is a decimal string (never a float) and ``minor`` the amount in cents.
+    With ``default_currency`` ("USD"), a bare number ("12.50") is read as that currency, with a
+    lower confidence.
     """
     return _Money(default_currency)
 
@@ -376,6 +412,9 @@ def _options(options: Iterable[str] | Mapping[str, Iterable[str]]) -> dict[str, 
             table[value.lower()] = value
     if not table:
         raise ValueError("give at least one option")
+    if "" in {s.strip() for s in table}:
+        # A blank option would match anywhere: one_of() at every word, fuzzy() at nothing.
+        raise ValueError(f"options must not be blank, got {list(table)!r}")
     return table
 
 
@@ -400,42 +439,45 @@ def one_of(options: Iterable[str] | Mapping[str, Iterable[str]]) -> Recognizer:
     return _OneOf(_options(options))
 
 
-def _closeness(text: str, option: str, **kwargs: Any) -> float:
-    """How close ``text`` comes to ``option`` (0-100).
+_FUZZY_WORD = re.compile(r"[^\W_]+")  # letters and digits: punctuation never counts
 
-    The best-matching part of a longer text (the option said in a sentence), or a slip of about
-    the option's length ("cappucino"); a much shorter text is compared whole, so "no" is not
-    read out of "cappuccino".
-    """
-    from rapidfuzz import fuzz
 
-    if len(text) >= 0.75 * len(option):
-        return float(fuzz.partial_ratio(text, option, **kwargs))
-    return float(fuzz.ratio(text, option, **kwargs))
+def _fuzzy_words(text: str) -> list[str]:
+    return _FUZZY_WORD.findall(text.lower())
 
 
 class _Fuzzy(Recognizer):
     def __init__(self, table: dict[str, str], threshold: float) -> None:
         self.table = table
         self.threshold = threshold
+        # Each spoken form as the words it is compared with, and how many there are.
+        self.spoken = [(s, " ".join(_fuzzy_words(s)), len(_fuzzy_words(s))) for s in table]
 
     def recognize(self, text: str) -> Recognition | None:
         try:
-            from rapidfuzz import process
+            from rapidfuzz import fuzz, process
         except ImportError:  # pragma: no cover - the extra is part of the dev install
             raise SlateError(
                 "fuzzy() needs rapidfuzz: pip install 'slateflow[conversation]'"
             ) from None
-        best = process.extractOne(
-            text.lower(), list(self.table), scorer=_closeness, score_cutoff=0
-        )
-        if best is None:
+        words = _fuzzy_words(text)
+        runs: dict[int, list[str]] = {}  # runs of n consecutive words, by n
+        best: tuple[float, str] | None = None
+        for spoken, joined, n in self.spoken:
+            # Whole words only, so a fragment is not read as an option ("no" in "cappuccino")
+            # nor an option out of another word ("cap" in "escape"); a word more or fewer, so
+            # an option the transcriber split or merged ("cappu chino") still comes close.
+            for size in range(max(n - 1, 1), n + 2):
+                if size not in runs:
+                    runs[size] = [
+                        " ".join(words[i : i + size]) for i in range(len(words) - size + 1)
+                    ]
+                found = process.extractOne(joined, runs[size], scorer=fuzz.ratio)
+                if found is not None and (best is None or found[1] > best[0]):
+                    best = (found[1], spoken)
+        if best is None or best[0] / 100 < self.threshold:
             return None
-        spoken, score, _ = best
-        confidence = score / 100
-        if confidence < self.threshold:
-            return None
-        return Recognition(self.table[spoken], round(confidence, 4))
+        return Recognition(self.table[best[1]], round(best[0] / 100, 4))
 
     def describe(self) -> str:
         return "roughly one of " + ", ".join(sorted(set(self.table.values())))
@@ -444,10 +486,14 @@ class _Fuzzy(Recognizer):
 def fuzzy(
     options: Iterable[str] | Mapping[str, Iterable[str]], threshold: float = 0.85
 ) -> Recognizer:
-    """The option the text comes closest to, if at least ``threshold`` similar; the confidence
-    is that similarity (rapidfuzz's partial ratio: the option inside a longer sentence; a text
-    much shorter than an option is compared whole). Tolerates ASR slips ("cappucino" for
-    cappuccino, "late" for latte); a bigger slip ("expreso", 0.77) needs a lower threshold."""
+    """The option the text comes closest to, if at least ``threshold`` similar.
+
+    The confidence is that similarity (rapidfuzz's ratio) between the option and the run of
+    whole words in the text that best matches it, so the option may be said inside a sentence
+    ("a cappuccino please") but a fragment ("no") is never read as "cappuccino". Tolerates
+    ASR slips ("cappucino", 0.95, "late" for latte, 0.89); a bigger slip ("expreso" for
+    espresso, 0.8) needs a lower threshold. On a tie the first option wins.
+    """
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
     return _Fuzzy(_options(options), threshold)
@@ -496,10 +542,11 @@ _WEEKDAY_WORDS = [(d, re.compile(rf"\b{d}\b")) for d in _WEEKDAYS]
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _DAY_MONTH = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?(?: of)? (" + "|".join(_MONTHS) + r")\b")
 _MONTH_DAY = re.compile(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2})(?:st|nd|rd|th)?\b")
-# Not a price: no currency symbol before, no currency word after ("$12.50", "12.50 euros").
+# Not a price: no currency symbol before, no currency symbol or word after ("$12.50",
+# "12.50€", "12.50 euros").
 _TIME_24 = re.compile(
     r"(?<![$€£\d])(?<![$€£]\s)\b([01]?\d|2[0-3])[:.h]([0-5]\d)\b"
-    r"(?!\s?(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid)\b)"
+    r"(?!\s?(?:[$€£]|(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid)\b))"
 )
 _TIME_AMPM = re.compile(r"\b(1[0-2]|0?[1-9])(?:[:.]([0-5]\d))?\s?(am|pm|a\.m\.|p\.m\.)")
 
@@ -513,7 +560,10 @@ class _DateTime(Recognizer):
         lowered = text.lower()
         today = _datetime.fromtimestamp(self.now(), tz=self.tz).date()
         found: dict[str, Any] = {}
-        day = self._date(lowered, today)
+        try:
+            day = self._date(lowered, today)
+        except OverflowError:  # "tomorrow" on 31 December 9999: a date cannot hold it
+            day = None
         if day is not None:
             found["date"] = day.isoformat()
             found["weekday"] = _WEEKDAYS[day.weekday()]
@@ -587,10 +637,11 @@ def datetime(now: Callable[[], float] | None = None, tz: _tzinfo = UTC) -> Recog
     """A date and/or time: ``{"date": "2026-01-03", "weekday": "saturday", "time": "19:30",
     "part_of_day": "evening"}`` (the keys that were said).
 
-    Reads ISO dates, "14 June", "June 14th", weekdays (the next one; "next Saturday" skips a
-    week when it is today), "today", "tonight", "tomorrow", "the day after tomorrow", 24-hour
-    times ("19:30", "7.30"), "7pm", and parts of the day. Relative words count from ``now``
-    (seconds since the epoch) in time zone ``tz`` (the caller's or the business's; UTC by
-    default): pass the session's clock, so tests control "today".
+    Reads ISO dates, "14 June", "June 14th" (the next such day: "29 February" is the next leap
+    day), weekdays (the next one; "next Saturday" skips a week when it is today), "today",
+    "tonight", "tomorrow", "the day after tomorrow", 24-hour times ("19:30", "7.30"; a price
+    such as "$12.50" or "12.50 euros" is not a time), "7pm", and parts of the day. Relative
+    words count from ``now`` (seconds since the epoch) in time zone ``tz`` (the caller's or the
+    business's; UTC by default): pass the session's clock, so tests control "today".
     """
     return _DateTime(now if now is not None else _time.time, tz)
