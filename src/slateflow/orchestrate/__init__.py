@@ -19,19 +19,39 @@ from .combinators import (
     run_step,
 )
 from .local import AgentFunction, LocalExecutor
+from .protocol import DispatchError, LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
+from .workflow import (
+    BudgetPolicy,
+    SwappableLLM,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowEvent,
+    default_policy,
+)
 
 __all__ = [
     "AgentExecutor",
     "AgentFunction",
     "AgentStepSpec",
+    "BudgetPolicy",
     "BudgetSnapshot",
+    "DispatchError",
     "LocalExecutor",
+    "LocalOrchestrator",
     "LoopDecision",
+    "Orchestrator",
     "PipelineStage",
+    "QueryPayload",
+    "SignalPayload",
     "StepOutcome",
+    "SwappableLLM",
+    "Workflow",
     "WorkflowBudget",
+    "WorkflowBuilder",
+    "WorkflowEvent",
     "budget_event",
+    "default_policy",
     "events",
     "execute_loop",
     "execute_parallel",

@@ -138,6 +138,10 @@ async def run_step(
         # A crashing branch is a failed step, not a failed fan-out.
         log.warning("step %r crashed in its executor: %r", spec.task_id, exc)
         outcome = StepOutcome.failed(spec, f"{type(exc).__name__}: {exc}")
+    except anyio.get_cancelled_exc_class():
+        # The State must not say "running" for ever about a step that was cancelled.
+        _record_end(state, StepOutcome.failed(spec, "cancelled"))
+        raise
     _record_end(state, outcome)
     return outcome
 
