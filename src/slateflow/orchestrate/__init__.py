@@ -4,8 +4,9 @@ Steps (:class:`AgentStepSpec`) are run by an :class:`AgentExecutor` (``LocalExec
 process); ``execute_parallel``, ``execute_pipeline`` and ``execute_loop`` compose them as code,
 and write each step's progress into a State like a resolver's. ``WorkflowBudget`` is the
 ledger a workflow's model calls are checked against, and :mod:`.events` the lifecycle
-vocabulary (budget and compaction events, JSON-compatible with layer0's). Workflows and
-supervision build on these.
+vocabulary (budget and compaction events, JSON-compatible with layer0's). ``Workflow`` puts
+them together; ``LocalOrchestrator`` implements the ``Orchestrator`` protocol, and
+``AgentOrchestrator`` supervises long-lived agents.
 """
 
 from . import events
@@ -21,6 +22,17 @@ from .combinators import (
 from .local import AgentFunction, LocalExecutor
 from .protocol import DispatchError, LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
+from .supervise import (
+    AgentOrchestrator,
+    AgentStatus,
+    DefaultSupervisor,
+    OrchestratedHandle,
+    PromptAgent,
+    SupervisionError,
+    SupervisorAction,
+    SupervisorPolicy,
+    is_retryable,
+)
 from .workflow import (
     BudgetPolicy,
     SwappableLLM,
@@ -33,18 +45,26 @@ from .workflow import (
 __all__ = [
     "AgentExecutor",
     "AgentFunction",
+    "AgentOrchestrator",
+    "AgentStatus",
     "AgentStepSpec",
     "BudgetPolicy",
     "BudgetSnapshot",
+    "DefaultSupervisor",
     "DispatchError",
     "LocalExecutor",
     "LocalOrchestrator",
     "LoopDecision",
+    "OrchestratedHandle",
     "Orchestrator",
     "PipelineStage",
+    "PromptAgent",
     "QueryPayload",
     "SignalPayload",
     "StepOutcome",
+    "SupervisionError",
+    "SupervisorAction",
+    "SupervisorPolicy",
     "SwappableLLM",
     "Workflow",
     "WorkflowBudget",
@@ -56,5 +76,6 @@ __all__ = [
     "execute_loop",
     "execute_parallel",
     "execute_pipeline",
+    "is_retryable",
     "run_step",
 ]
