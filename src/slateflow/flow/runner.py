@@ -780,9 +780,10 @@ class FlowRunner:
                 action.resolver.name,
             )
 
-    def _queue_delivery(self, result: BackgroundResult) -> None:
+    def _queue_delivery(self, result: BackgroundResult) -> Any:
         assert self.session is not None  # background on_enter actions need one
-        self.session._to_model(result, self)
+        # Returned: an interrupt result's push is a coroutine the session awaits.
+        return self.session._to_model(result, self)
 
     async def _run_calls(self) -> None:
         session = self.session

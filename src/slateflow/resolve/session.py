@@ -42,6 +42,7 @@ from .turns import (
     TurnContext,
     TurnHook,
     context_lines,
+    delivery_line,
 )
 from .watchers import Watcher, WatchQueue
 
@@ -746,7 +747,9 @@ class Session:
         tools = [t for t in known if t not in refused]
         deliveries = self.take_deliveries()
         every = context_lines(postures, grounds, reprompts, unmet, deliveries, tools)
-        lines = [line for line in every if line not in self._last_lines]
+        # A new result is news even when its text matches last turn's (a re-poll's answer).
+        news = {delivery_line(d) for d in deliveries}
+        lines = [line for line in every if line in news or line not in self._last_lines]
         self._last_lines = frozenset(every)
         timing = self._timing
         return TurnContext(
@@ -808,6 +811,10 @@ class Session:
 
     async def _push(self, result: BackgroundResult) -> None:
         assert self.on_delivery is not None
+        if self._interrupting:
+            # Interrupted again before this push ran: hold it for the end of that one.
+            self.inbox.put(result)
+            return
         try:
             outcome = self.on_delivery(result)
             if inspect.isawaitable(outcome):
@@ -850,6 +857,10 @@ class Session:
             async with self._turn_lock:
                 for hook in list(self._hooks):
                     await self._hook(hook, hook._on_step_change(self))
+                # Between turns, a re-read's turn-scoped keys belong to no turn: a stale
+                # "turn:topic" must not start a digression at the next one.
+                if self.state.keys("turn:") or self.state.keys("temp:"):
+                    self.state.end_turn()
 
     async def launch(
         self,

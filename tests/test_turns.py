@@ -1,0 +1,1588 @@
+"""The turn API of the Session, from the caller's side: ``user_turn`` (redaction, transcript,
+turn keys), extractors attached to a session (triggers, windows, completion actions, failures),
+the :class:`TurnContext` (postures, grounds, unmet requirements, tools, de-duplicated lines),
+background results handed to the model exactly once, the interruption race, and voice timing.
+
+Everything timed runs on a :class:`ManualClock`; nothing sleeps. ``await settle()`` (or
+``await clock.advance(0)``) lets every ready task run; held fakes (``fake_fetch()`` with no
+``returns``) finish only when the test calls ``fake.complete(...)``. The only real-time bound
+is ``anyio.fail_after(SAFETY)`` around waits for another thread, a safety net a working session
+never reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from slateflow import (
+    BackgroundResult,
+    Flow,
+    ManualClock,
+    Resolver,
+    Scheduling,
+    Session,
+    State,
+    Step,
+    Verdict,
+    VoiceTiming,
+    called_ok,
+    captured,
+    commit,
+    is_set,
+    is_true,
+    never,
+    require,
+    resolved,
+    run,
+)
+from slateflow.conversation import (
+    Extract,
+    Extractor,
+    Recognition,
+    Recognizer,
+    Trigger,
+    integer,
+    integer_near,
+    one_of,
+    overwrite,
+    true_only,
+    yes_no,
+)
+from slateflow.resolve.clock import settle
+from slateflow.testing import fake_fetch
+
+SAFETY = 10.0  # seconds of real time a thread test may take before it counts as hung
+
+ASK = "Ask how many people."
+CONFIRM = "Read the booking back and ask for a yes."
+BOOK = "Book the table."
+BYE = "Say goodbye."
+TOOLS_TRANSFER = "Tools you may call now: transfer."
+UNMET_BOTH = "Before finishing, these still need to happen: confirm, book."
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+
+def booking() -> Flow:
+    """ask (a party size) -> confirm (a yes) -> book (the 'book' tool) -> bye.
+
+    'book' is a commit tool refused until the yes; 'refund' is never allowed until 'manager'
+    says so; the flow needs confirm and book done (in that order of naming)."""
+    return Flow(
+        "booking",
+        [
+            Step(
+                "ask",
+                done=captured("b:size"),
+                posture=ASK,
+                ground="Party size: {b:size?not given}.",
+            ),
+            Step(
+                "confirm",
+                after=["ask"],
+                done=is_true("b:ok"),
+                posture=CONFIRM,
+                ground="Party of {b:size}.",
+            ),
+            Step(
+                "book",
+                after=["confirm"],
+                done=called_ok("book"),
+                allow=["book", "transfer"],
+                posture=BOOK,
+            ),
+            Step("bye", after=["book"], terminal=True, posture=BYE),
+        ],
+        constraints=[
+            commit("book", until=is_true("b:ok")),
+            never("refund").until(is_true("manager")),
+            require("confirm", "book"),
+        ],
+    )
+
+
+def step_is(step: str, flow: str = "booking") -> Callable[[Any, State], bool]:
+    """An ``accept_when`` predicate: ``step`` of ``flow`` is active now (as demo_flow does)."""
+
+    def active(value: Any, state: State) -> bool:
+        return step in (state.get(f"flow:{flow}:active") or [])
+
+    active.__name__ = f"step {step!r} is active"
+    return active
+
+
+def sizes(*, correctable: bool = False) -> Extractor:
+    """'b:size' from "four people" (a later size overwrites it only if ``correctable``)."""
+    rule = overwrite() if correctable else None
+    return Extract("b").field("size", integer_near(["people", "us"]), rule).build()
+
+
+def answers(*triggers: Trigger) -> Extractor:
+    """'b:ok' from a yes, accepted only while the confirm step is active."""
+    builder = Extract("ans").field_to(
+        "ok", "b:ok", yes_no(), true_only().accept_when(step_is("confirm"))
+    )
+    return (builder.trigger(*triggers) if triggers else builder).build()
+
+
+class Probe(Recognizer):
+    """Hears nothing; calls ``see(text)`` with what the extractor was given."""
+
+    def __init__(self, see: Callable[[str], Any]) -> None:
+        self.see = see
+
+    def recognize(self, text: str) -> Recognition | None:
+        self.see(text)
+        return None
+
+    def describe(self) -> str:
+        return "a probe"
+
+
+class Boom(Recognizer):
+    """A recognizer (a subclass) that always raises."""
+
+    def recognize(self, text: str) -> Recognition | None:
+        raise RuntimeError(f"cannot read {text!r}")
+
+    def describe(self) -> str:
+        return "a broken recognizer"
+
+
+def probe(name: str, seen: list[Any], what: Callable[[str], Any] = lambda t: t) -> Extract:
+    """An extractor builder whose only field records ``what(text)`` each time it runs."""
+    return Extract(name).field("x", Probe(lambda text: seen.append(what(text))))
+
+
+class Failures:
+    """Records what ``state.receiver_failed`` reports (blinker holds receivers weakly, so this
+    object keeps its receiver alive)."""
+
+    def __init__(self, state: State) -> None:
+        self.seen: list[tuple[Any, BaseException]] = []
+        self.state = state
+        state.receiver_failed.connect(self.receive)
+
+    def receive(self, sender: Any, **kw: Any) -> None:
+        self.seen.append((kw["receiver"], kw["error"]))
+
+    def close(self) -> None:
+        self.state.receiver_failed.disconnect(self.receive)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def state(clock: ManualClock) -> State:
+    return State(clock=clock)
+
+
+@pytest.fixture
+def failures(state: State) -> Iterator[Failures]:
+    recorder = Failures(state)
+    yield recorder
+    recorder.close()
+
+
+def line(result_name: str, scheduling: str, response: dict[str, Any]) -> str:
+    payload = json.dumps(response, sort_keys=True)
+    return f"Background result ({scheduling}) from {result_name}: {payload}"
+
+
+def delivery_lines(lines: tuple[str, ...]) -> list[str]:
+    return [x for x in lines if x.startswith("Background result")]
+
+
+# -- 1. recording the turn ------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_user_turn_redacts_records_and_clears_the_turn_keys(
+    clock: ManualClock, state: State
+) -> None:
+    during: list[tuple[Any, Any, Any]] = []
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(
+            probe(
+                "peek",
+                during,
+                lambda text: (text, state.get("turn:user"), state.get("session:turn")),
+            ).build()
+        )
+        state.set("temp:scratch", "x")
+        state.set("turn:note", "y")
+        await clock.advance(3)
+        ctx = await session.user_turn(
+            "my card is 4111 1111 1111 1111 and my account 12345678, for two"
+        )
+
+        heard = "my card is [card ending 1111] and my account [redacted number], for two"
+        assert during == [(heard, heard, 1)]  # the extractor saw the redacted turn and its keys
+        assert (ctx.turn.number, ctx.turn.text, ctx.turn.at) == (1, heard, clock.time())
+        assert [(t.number, t.text) for t in session.transcript] == [(1, heard)]
+        assert state.get("session:turn") == 1
+        # turn: and temp: last one turn: gone once user_turn returned.
+        assert state.keys("turn:") == []
+        assert state.keys("temp:") == []
+        # The card number never reached the State, not even its journal.
+        journal = json.dumps([m.to_dict(redact=False) for m in state.mutations_since(0)])
+        assert "4111" not in journal
+        assert "12345678" not in journal
+
+        ctx = await session.user_turn("and a high chair")
+        assert ctx.turn.number == 2
+        assert during[-1] == ("and a high chair", "and a high chair", 2)
+        assert [t.number for t in session.transcript] == [1, 2]
+        assert state.get("session:turn") == 2
+        assert not state.contains("turn:user")
+
+
+@pytest.mark.anyio
+async def test_a_flow_sees_turn_keys_during_the_turn_only(state: State) -> None:
+    plan = Flow(
+        "topic",
+        [
+            Step("listen", done=is_set("turn:parking"), posture="Listen."),
+            Step("answer", after=["listen"], terminal=True, posture="Parking is free."),
+        ],
+    )
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("topic").field_to("parking", "turn:parking", one_of(["parking"])).build()
+        )
+        runner = session.run_flow(plan)
+        first = await session.user_turn("hello")
+        assert first.postures == ("Listen.",)
+        second = await session.user_turn("is there parking?")
+        assert second.postures == ("Parking is free.",)  # the guard saw turn:parking in the turn
+        assert runner.is_complete
+        assert not state.contains("turn:parking")
+
+
+@pytest.mark.anyio
+async def test_redact_none_keeps_the_words(state: State) -> None:
+    seen: list[str] = []
+    async with Session(state, redact=None) as session:
+        session.add_extractor(probe("peek", seen).build())
+        ctx = await session.user_turn("card 4111 1111 1111 1111, ref 12345678")
+    assert ctx.turn.text == "card 4111 1111 1111 1111, ref 12345678"
+    assert seen == ["card 4111 1111 1111 1111, ref 12345678"]
+    assert session.transcript[0].text == "card 4111 1111 1111 1111, ref 12345678"
+
+
+@pytest.mark.anyio
+async def test_a_custom_redact_is_what_everything_reads(state: State) -> None:
+    calls: list[str] = []
+    seen: list[Any] = []
+
+    def mask_names(text: str) -> str:
+        calls.append(text)
+        return text.replace("Ada", "[name]")
+
+    async with Session(state, redact=mask_names) as session:
+        session.add_extractor(
+            probe("peek", seen, lambda text: (text, state.get("turn:user"))).build()
+        )
+        ctx = await session.user_turn("I'm Ada, card 4111 1111 1111 1111")
+    # The custom callable replaces the default: it ran once and the digits stay as said.
+    assert calls == ["I'm Ada, card 4111 1111 1111 1111"]
+    assert ctx.turn.text == "I'm [name], card 4111 1111 1111 1111"
+    assert seen == [(ctx.turn.text, ctx.turn.text)]
+    assert [t.text for t in session.transcript] == [ctx.turn.text]
+
+
+# -- 2. extractors in a session -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_extractors_run_each_turn_with_extraction_provenance(state: State) -> None:
+    async with Session(state) as session:
+        extractor = sizes()
+        session.add_extractor(extractor)
+        await session.user_turn("hello")
+        assert not state.contains("b:size")
+        await session.user_turn("four people please")
+        assert state.get("b:size") == 4
+        prov = state.provenance("b:size")
+        assert prov is not None
+        assert (prov.source, prov.writer) == ("extraction", "b")
+        await session.user_turn("no, six people")  # keep_known: the first size stays
+        assert state.get("b:size") == 4
+    assert [r.written for r in extractor.history] == [{}, {"b:size": 4}, {}]
+    assert extractor.history[2].decisions[0].reason == "keep_known: 'b:size' is already known (4)"
+
+
+@pytest.mark.anyio
+async def test_extractors_run_in_the_order_added_each_reading_the_turn(state: State) -> None:
+    order: list[str] = []
+    async with Session(state) as session:
+        session.add_extractor(probe("first", order, lambda t: f"first:{t}").build())
+        session.add_extractor(probe("second", order, lambda t: f"second:{t}").build())
+        await session.user_turn("a")
+        await session.user_turn("b")
+    assert order == ["first:a", "second:a", "first:b", "second:b"]
+
+
+@pytest.mark.anyio
+async def test_window_reads_the_last_n_redacted_turns(state: State) -> None:
+    two: list[str] = []
+    three: list[str] = []
+    async with Session(state) as session:
+        session.add_extractor(probe("two", two).window(2).build())
+        session.add_extractor(probe("three", three).window(3).build())
+        for text in ["one", "card 4111 1111 1111 1111", "three", "four"]:
+            await session.user_turn(text)
+    assert two == [
+        "one",
+        "one card [card ending 1111]",
+        "card [card ending 1111] three",
+        "three four",
+    ]
+    assert three == [
+        "one",
+        "one card [card ending 1111]",
+        "one card [card ending 1111] three",
+        "card [card ending 1111] three four",
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_window_joins_a_value_said_across_turns(state: State) -> None:
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("b").field("size", integer_near(["people"], distance=1)).window(2).build()
+        )
+        await session.user_turn("we are four")
+        assert not state.contains("b:size")
+        await session.user_turn("people")
+        assert state.get("b:size") == 4
+
+
+@pytest.mark.anyio
+async def test_every_2_runs_on_turns_2_and_4_only(state: State) -> None:
+    runs: list[Any] = []
+    async with Session(state) as session:
+        session.add_extractor(
+            probe("slow", runs, lambda text: (state.get("session:turn"), text))
+            .window(2)
+            .trigger(Trigger.every(2))
+            .build()
+        )
+        for i in range(1, 6):
+            await session.user_turn(f"t{i}")
+    assert runs == [(2, "t1 t2"), (4, "t3 t4")]
+
+
+@pytest.mark.anyio
+async def test_after_tool_runs_on_tool_ok_and_not_on_turns(state: State) -> None:
+    only_tool: list[str] = []
+    both: list[str] = []
+    async with Session(state) as session:
+        session.add_extractor(probe("tool", only_tool).trigger(Trigger.after_tool()).build())
+        session.add_extractor(
+            probe("both", both).trigger(Trigger.every_turn(), Trigger.after_tool()).build()
+        )
+        await session.tool_ok("lookup")  # no turn yet: nothing to read
+        assert (only_tool, both) == ([], [])
+        await session.user_turn("my reference is AB1234")
+        await session.user_turn("did you find it")
+        assert only_tool == []
+        assert both == ["my reference is AB1234", "did you find it"]
+        await session.tool_ok("lookup")
+        assert only_tool == ["did you find it"]
+        assert both == ["my reference is AB1234", "did you find it", "did you find it"]
+
+
+@pytest.mark.anyio
+async def test_after_tool_writes_what_the_turn_did_not(state: State) -> None:
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("ref").field("n", integer()).trigger(Trigger.after_tool()).build()
+        )
+        await session.user_turn("ticket 42")
+        assert not state.contains("ref:n")
+        await session.tool_ok("lookup")
+        assert state.get("ref:n") == 42
+        prov = state.provenance("ref:n")
+        assert prov is not None
+        assert (prov.source, prov.writer) == ("extraction", "ref")
+
+
+@pytest.mark.anyio
+async def test_on_step_change_reads_an_early_yes_once_confirm_is_entered(
+    clock: ManualClock, state: State
+) -> None:
+    yes = answers(Trigger.every_turn(), Trigger.on_step_change())
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(yes)  # runs before the size is known ...
+        session.add_extractor(sizes())  # ... which enters the confirm step
+        runner = session.run_flow(booking())
+        await settle()  # entering 'ask' at the start: nothing said yet, nothing read
+        assert yes.history == []
+        ctx = await session.user_turn("yes, four people")  # said in one breath
+        assert runner.active_steps == ["confirm"]
+        assert ctx.postures == (CONFIRM,)
+        assert not state.contains("b:ok")
+        assert yes.history[0].decisions[0].reason == (
+            "not accepted: step 'confirm' is active does not hold"
+        )
+
+        await settle()  # the step change re-reads the turn
+        assert state.get("b:ok") is True
+        assert runner.active_steps == ["book"]
+        prov = state.provenance("b:ok")
+        assert prov is not None
+        assert (prov.source, prov.writer) == ("extraction", "ans")
+        assert [r.written for r in yes.history] == [{}, {"b:ok": True}, {}]  # book entered too
+
+
+@pytest.mark.anyio
+async def test_without_on_step_change_the_early_yes_is_lost(
+    clock: ManualClock, state: State
+) -> None:
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(answers())
+        session.add_extractor(sizes())
+        runner = session.run_flow(booking())
+        await session.user_turn("yes, four people")
+        await settle()
+        assert not state.contains("b:ok")
+        assert runner.active_steps == ["confirm"]
+
+
+@pytest.mark.anyio
+async def test_on_step_change_alone_does_not_run_on_turns(clock: ManualClock, state: State) -> None:
+    yes = answers(Trigger.on_step_change())
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(sizes())
+        session.add_extractor(yes)
+        runner = session.run_flow(booking())
+        await settle()
+        await session.user_turn("hello")
+        await settle()
+        assert yes.history == []  # no step entered, no run
+        await session.user_turn("four people")
+        await settle()
+        assert len(yes.history) == 1  # confirm entered: one run, nothing to accept
+        await session.user_turn("yes")
+        await settle()
+        assert len(yes.history) == 1  # a turn alone does not run it
+        assert not state.contains("b:ok")
+        assert runner.active_steps == ["confirm"]
+
+
+@pytest.mark.anyio
+async def test_a_turn_key_from_an_on_step_change_re_read_does_not_reach_the_next_turn(
+    state: State,
+) -> None:
+    seen: list[Any] = []
+    plan = Flow(
+        "booking",
+        [Step("ask", done=captured("b:size")), Step("next", after=["ask"], done=is_true("x"))],
+    )
+    async with Session(state) as session:
+        session.add_extractor(sizes())
+        session.add_extractor(
+            Extract("topic")
+            .field_to("parking", "turn:parking", one_of(["parking"]))
+            .trigger(Trigger.every_turn(), Trigger.on_step_change())
+            .build()
+        )
+        session.add_extractor(probe("peek", seen, lambda t: state.get("turn:parking")).build())
+        session.run_flow(plan)
+        await settle()
+        await session.user_turn("four people, and is there parking?")
+        assert seen == ["parking"]
+        await settle()  # 'next' was entered: the topic extractor re-reads that turn
+        await session.user_turn("thanks")
+        assert seen == ["parking", None]  # nothing about parking was said this turn
+
+
+@pytest.mark.anyio
+async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
+    state: State,
+) -> None:
+    check = fake_fetch(returns={"open": True})
+    plan = Flow(
+        "slots",
+        [
+            Step("collect", done=resolved("availability"), posture="Collect the details."),
+            Step("offer", after=["collect"], terminal=True, posture="Offer the table."),
+        ],
+    )
+    async with Session(state) as session:
+        session.add_extractor(
+            Extract("slots")
+            .field("size", integer_near(["people"]))
+            .field("day", one_of(["friday", "saturday"]))
+            .on_complete(Resolver.fetch("availability", check), "call")
+            .build()
+        )
+        session.run_flow(plan)
+        first = await session.user_turn("four people")
+        assert check.call_count == 0  # one field still unknown
+        assert first.postures == ("Collect the details.",)
+
+        second = await session.user_turn("on saturday")
+        assert check.call_count == 1
+        assert state.get("availability:result") == {"open": True}
+        assert second.postures == ("Offer the table.",)  # the same turn saw the result
+        # The call saw both fields.
+        assert check.calls[0].saw("slots:size")
+        assert check.calls[0].saw("slots:day")
+
+        await session.user_turn("saturday, four people")  # still complete: not again
+        assert check.call_count == 1
+        state.remove("slots:day")
+        await session.user_turn("hmm")  # lost ...
+        assert check.call_count == 1
+        await session.user_turn("friday then")  # ... and found again
+        assert check.call_count == 2
+        assert state.get("slots:day") == "friday"
+
+
+@pytest.mark.anyio
+async def test_on_complete_dispatch_does_not_hold_the_turn(
+    clock: ManualClock, state: State
+) -> None:
+    check = fake_fetch()  # held until completed
+    plan = Flow(
+        "slots",
+        [
+            Step("collect", done=resolved("availability"), posture="Collect."),
+            Step("offer", after=["collect"], terminal=True, posture="Offer."),
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(
+            Extract("slots")
+            .field("size", integer_near(["people"]))
+            .on_complete(Resolver.fetch("availability", check), "dispatch")
+            .build()
+        )
+        runner = session.run_flow(plan)
+        ctx = await session.user_turn("two people")
+        assert state.get("availability:status") == "running"
+        assert ctx.postures == ("Collect.",)  # the turn did not wait
+        await settle()
+        assert check.held == 1
+        check.complete({"open": False})
+        await settle()
+        assert state.get("availability:result") == {"open": False}
+        assert runner.is_complete
+        ctx = await session.user_turn("ok")
+        assert ctx.deliveries == ()  # dispatch mode delivers nothing to the model
+
+
+@pytest.mark.anyio
+async def test_on_complete_background_result_reaches_the_next_turn(
+    clock: ManualClock, state: State
+) -> None:
+    check = fake_fetch()
+    async with Session(state, clock=clock) as session:
+        session.add_extractor(
+            Extract("slots")
+            .field("size", integer_near(["people"]))
+            .on_complete(
+                Resolver.fetch("availability", check), "background", scheduling="interrupt"
+            )
+            .build()
+        )
+        await session.user_turn("two people")
+        await settle()
+        check.complete({"open": True})
+        await settle()
+        ctx = await session.user_turn("well?")
+        assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
+            ("availability", {"open": True}, Scheduling.INTERRUPT)
+        ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("broken", ["mapped", "subclass"])
+async def test_a_broken_extractor_is_reported_and_the_turn_goes_on(
+    broken: str, state: State, failures: Failures, caplog: pytest.LogCaptureFixture
+) -> None:
+    recognizer = integer().map(lambda v: v / 0) if broken == "mapped" else Boom()
+    bad = Extract("bad").field("x", recognizer).build()
+    good = sizes()
+    plan = Flow("f", [Step("ask", done=captured("b:size"), posture="Ask.")])
+    async with Session(state) as session:
+        session.add_extractor(bad)
+        session.add_extractor(good)
+        runner = session.run_flow(plan)
+        with caplog.at_level(logging.ERROR, logger="slateflow.resolve"):
+            ctx = await session.user_turn("2 people")
+        assert ctx.turn.number == 1
+        assert state.get("b:size") == 2  # the extractor after it still ran
+        assert runner.is_complete  # and the flow advanced
+        assert not state.contains("bad:x")
+        assert state.keys("turn:") == []
+        await session.user_turn("3 people")  # it is not dropped: it fails again
+    error = ZeroDivisionError if broken == "mapped" else RuntimeError
+    assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [
+        (bad, error),
+        (bad, error),
+    ]
+    assert "slateflow session: extractor 'bad' failed" in caplog.messages
+    assert bad.history == []
+
+
+# -- 3. the turn context --------------------------------------------------------------------------
+
+
+REFUSE_BOOK_ASK = (
+    "'book' is not permitted yet: first, 'b:ok' must be true. Available now: transfer. " + ASK
+)
+REFUSE_REFUND_ASK = (
+    "'refund' is not permitted yet: first, 'manager' must be true. Available now: transfer. " + ASK
+)
+
+
+@pytest.mark.anyio
+async def test_the_context_of_a_first_turn(state: State) -> None:
+    async with Session(state, tools=["transfer", "book"]) as session:
+        session.run_flow(booking())
+        ctx = await session.user_turn("hi")
+    assert ctx.postures == (ASK,)
+    assert ctx.grounds == ("Party size: not given.",)
+    assert ctx.reprompts == ()
+    assert ctx.unmet == ("confirm", "book")
+    assert ctx.tools == ("transfer",)
+    assert ctx.refused == {"book": REFUSE_BOOK_ASK, "refund": REFUSE_REFUND_ASK}
+    assert ctx.deliveries == ()
+    assert ctx.voice_timing is None
+    assert ctx.all_lines == (
+        ASK,
+        "Party size: not given.",
+        UNMET_BOTH,
+        TOOLS_TRANSFER,
+    )
+    assert ctx.lines == ctx.all_lines
+    assert ctx.prompt == "\n".join(ctx.all_lines)
+    assert str(ctx) == ctx.prompt
+
+
+@pytest.mark.anyio
+async def test_refusals_match_what_the_session_and_flow_say(state: State) -> None:
+    async with Session(state, tools=["transfer"]) as session:
+        runner = session.run_flow(booking())
+        ctx = await session.user_turn("hi")
+        for tool, reason in ctx.refused.items():
+            assert session.refusal(tool) == reason
+            assert runner.why_blocked(tool) == reason
+        assert session.refusal("transfer") is None
+
+
+@pytest.mark.anyio
+async def test_postures_and_grounds_of_every_active_step_in_flow_order(state: State) -> None:
+    plan = Flow(
+        "parallel",
+        [
+            Step(
+                "name",
+                done=captured("c:name"),
+                posture="Get the name.",
+                ground="Name: {c:name?unknown}.",
+            ),
+            Step(
+                "phone",
+                done=captured("c:phone"),
+                posture="Get the phone.",
+                ground="Phone known: {c:phone?yes:no}.",
+            ),
+            Step("end", after=["name", "phone"], terminal=True, posture="Thank them."),
+        ],
+    )
+    other = Flow("other", [Step("note", done=is_true("never"), posture="Be brief.")])
+    async with Session(state) as session:
+        session.run_flow(plan)
+        session.run_flow(other)
+        ctx = await session.user_turn("hi")
+        assert ctx.postures == ("Get the name.", "Get the phone.", "Be brief.")
+        assert ctx.grounds == ("Name: unknown.", "Phone known: no.")
+        state.set("c:phone", "555")
+        ctx = await session.user_turn("my number is 555")
+        assert ctx.postures == ("Get the name.", "Be brief.")
+        assert ctx.grounds == ("Name: unknown.",)
+        state.set("c:name", "Ada")
+        ctx = await session.user_turn("Ada")
+        # Complete: the terminal step's closing words are said.
+        assert ctx.postures == ("Thank them.", "Be brief.")
+        assert ctx.grounds == ()
+
+
+@pytest.mark.anyio
+async def test_the_unmet_line_names_required_steps_not_done(state: State) -> None:
+    plan = Flow(
+        "r",
+        [
+            Step("a", done=is_true("a")),
+            Step("b", done=is_true("b")),
+            Step("c", done=is_true("c")),
+        ],
+        constraints=[require("b", "a")],
+    )
+    async with Session(state) as session:
+        session.run_flow(plan)
+        ctx = await session.user_turn("x")
+        assert ctx.unmet == ("b", "a")
+        assert "Before finishing, these still need to happen: b, a." in ctx.lines
+        state.set("b", True)
+        ctx = await session.user_turn("x")
+        assert ctx.unmet == ("a",)
+        assert ctx.lines == ("Before finishing, these still need to happen: a.",)
+        state.set("a", True)
+        ctx = await session.user_turn("x")
+        assert ctx.unmet == ()
+        assert not any(x.startswith("Before finishing") for x in ctx.all_lines)
+
+
+@pytest.mark.anyio
+async def test_lines_are_not_repeated_but_a_changed_ground_is(state: State) -> None:
+    async with Session(state, tools=["transfer"]) as session:
+        session.add_extractor(sizes(correctable=True))
+        runner = session.run_flow(booking())
+        first = await session.user_turn("hi")
+        again = await session.user_turn("hmm")
+        assert again.lines == ()
+        assert again.prompt == ""
+        assert again.all_lines == first.all_lines  # everything still applies
+
+        sized = await session.user_turn("four people")
+        assert runner.active_steps == ["confirm"]
+        assert sized.all_lines == (CONFIRM, "Party of 4.", UNMET_BOTH, TOOLS_TRANSFER)
+        assert sized.lines == (CONFIRM, "Party of 4.")  # the unmet and tools lines were sent
+        assert sized.prompt == f"{CONFIRM}\nParty of 4."
+
+        corrected = await session.user_turn("sorry, five people")
+        assert corrected.lines == ("Party of 5.",)  # only the changed ground is said again
+        assert corrected.all_lines == (CONFIRM, "Party of 5.", UNMET_BOTH, TOOLS_TRANSFER)
+
+        back = await session.user_turn("no, four people")
+        assert back.lines == ("Party of 4.",)  # compared with the previous turn only
+
+
+@pytest.mark.anyio
+async def test_tools_follow_the_active_step(state: State) -> None:
+    async with Session(state, tools=["transfer"]) as session:
+        session.add_extractor(sizes())
+        runner = session.run_flow(booking())
+        await session.user_turn("four people")
+        state.set("b:ok", True)
+        ctx = await session.user_turn("yes")
+        assert runner.active_steps == ["book"]
+        assert ctx.tools == ("transfer", "book")
+        assert ctx.refused == {
+            "refund": "'refund' is not permitted yet: first, 'manager' must be true. "
+            "Available now: book, transfer. " + BOOK
+        }
+        assert ctx.lines == (
+            BOOK,
+            "Before finishing, these still need to happen: book.",
+            "Tools you may call now: transfer, book.",
+        )
+        await session.tool_ok("book")
+        ctx = await session.user_turn("thanks")
+        assert runner.is_complete
+        assert ctx.postures == (BYE,)
+        assert ctx.unmet == ()
+        assert ctx.refused["book"] == (
+            "'book' has already run and may run only once in this conversation. "
+            "Do not call it again."
+        )
+        assert "book" not in ctx.tools
+
+
+@pytest.mark.anyio
+async def test_context_now_between_turns_takes_deliveries_and_dedupes(
+    clock: ManualClock, state: State
+) -> None:
+    lookup = fake_fetch()
+    async with Session(state, clock=clock, tools=["transfer"]) as session:
+        session.run_flow(booking())
+        before = session.context_now()
+        assert before.turn.number == 0
+        assert before.lines == (ASK, "Party size: not given.", UNMET_BOTH, TOOLS_TRANSFER)
+        await session.user_turn("hi")
+        session.background(Resolver.fetch("lookup", lookup))
+        await settle()
+        lookup.complete({"open": True})
+        await settle()
+        now = session.context_now()
+        assert now.turn.number == 1
+        assert [r.name for r in now.deliveries] == ["lookup"]
+        assert now.lines == (
+            line(
+                "lookup",
+                "when_idle",
+                {"resolver": "lookup", "result": {"open": True}, "status": "completed"},
+            ),
+        )
+        assert session.transcript[-1].number == 1  # nothing recorded
+        ctx = await session.user_turn("and?")
+        assert ctx.deliveries == ()
+        assert ctx.lines == ()
+
+
+# -- 4. deliveries --------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("scheduling", ["when_idle", "interrupt", "silent"])
+async def test_a_background_result_lands_in_the_next_context_exactly_once(
+    scheduling: str, clock: ManualClock, state: State
+) -> None:
+    lookup = fake_fetch()
+    async with Session(state, clock=clock) as session:
+        ack = session.background(Resolver.fetch("lookup", lookup), scheduling=scheduling)
+        assert ack == {"status": "running", "resolver": "lookup"}
+        first = await session.user_turn("is it free?")
+        assert first.deliveries == ()  # still running
+        await settle()
+        lookup.complete({"open": True})
+        await settle()
+        assert state.get("lookup:result") == {"open": True}
+
+        second = await session.user_turn("well?")
+        [result] = second.deliveries
+        assert isinstance(result, BackgroundResult)
+        assert (result.name, result.status, result.value, result.scheduling) == (
+            "lookup",
+            "completed",
+            {"open": True},
+            Scheduling(scheduling),
+        )
+        response = {"resolver": "lookup", "result": {"open": True}, "status": "completed"}
+        assert result.response == response
+        expected = [] if scheduling == "silent" else [line("lookup", scheduling, response)]
+        assert delivery_lines(second.all_lines) == expected
+        assert delivery_lines(second.lines) == expected
+
+        third = await session.user_turn("ok")
+        assert third.deliveries == ()
+        assert session.take_deliveries() == []
+        assert session.context_now().deliveries == ()
+
+
+@pytest.mark.anyio
+async def test_results_are_handed_over_oldest_first_and_errors_too(
+    clock: ManualClock, state: State
+) -> None:
+    a, b, c = fake_fetch(), fake_fetch(), fake_fetch()
+    async with Session(state, clock=clock) as session:
+        session.background(Resolver.fetch("a", a))
+        session.background(Resolver.fetch("b", b), scheduling="silent")
+        session.background(Resolver.fetch("c", c), scheduling="interrupt")
+        await settle()
+        c.complete(3)
+        await settle()
+        a.fail("backend down")
+        await settle()
+        b.complete(2)
+        await settle()
+        ctx = await session.user_turn("?")
+    assert [(r.name, r.status) for r in ctx.deliveries] == [
+        ("c", "completed"),
+        ("a", "error"),
+        ("b", "completed"),
+    ]
+    failed = ctx.deliveries[1]
+    assert failed.error == state.get("a:error")
+    assert failed.response == {"status": "error", "resolver": "a", "error": failed.error}
+    assert delivery_lines(ctx.lines) == [
+        line("c", "interrupt", {"resolver": "c", "result": 3, "status": "completed"}),
+        line("a", "when_idle", failed.response),
+    ]
+
+
+@pytest.mark.anyio
+async def test_take_deliveries_hands_them_over_instead_of_the_turn(
+    clock: ManualClock, state: State
+) -> None:
+    lookup = fake_fetch(returns=1)
+    async with Session(state, clock=clock) as session:
+        session.background(Resolver.fetch("lookup", lookup))
+        await settle()
+        assert [r.value for r in session.take_deliveries()] == [1]
+        assert session.take_deliveries() == []
+        ctx = await session.user_turn("?")
+        assert ctx.deliveries == ()
+
+
+@pytest.mark.anyio
+async def test_an_interrupt_result_is_pushed_at_once_and_not_in_the_next_turn(
+    clock: ManualClock, state: State
+) -> None:
+    pushed: list[BackgroundResult] = []
+    urgent, idle, quiet = fake_fetch(), fake_fetch(), fake_fetch()
+    async with Session(state, clock=clock, on_delivery=pushed.append) as session:
+        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        session.background(Resolver.fetch("idle", idle), scheduling="when_idle")
+        session.background(Resolver.fetch("quiet", quiet), scheduling="silent")
+        await settle()
+        urgent.complete("now!")
+        await settle()
+        assert [(r.name, r.value, r.scheduling) for r in pushed] == [
+            ("urgent", "now!", Scheduling.INTERRUPT)
+        ]
+        assert pushed[0].response == {"status": "completed", "resolver": "urgent", "result": "now!"}
+        idle.complete("later")
+        await settle()
+        quiet.complete("shh")
+        await settle()
+        assert len(pushed) == 1  # only interrupt results are pushed
+        ctx = await session.user_turn("ok")
+        assert [r.name for r in ctx.deliveries] == ["idle", "quiet"]
+        assert delivery_lines(ctx.lines) == [
+            line(
+                "idle", "when_idle", {"resolver": "idle", "result": "later", "status": "completed"}
+            )
+        ]
+    assert [r.name for r in pushed] == ["urgent"]
+
+
+@pytest.mark.anyio
+async def test_an_async_on_delivery_is_awaited_and_its_failure_reported(
+    clock: ManualClock, state: State, failures: Failures
+) -> None:
+    spoken: list[str] = []
+
+    async def speak(result: BackgroundResult) -> None:
+        await anyio.lowlevel.checkpoint()
+        spoken.append(result.name)
+        if result.name == "bad":
+            raise ValueError("tts down")
+
+    async with Session(state, clock=clock, on_delivery=speak) as session:
+        session.background(Resolver.fetch("good", fake_fetch(returns=1)), scheduling="interrupt")
+        session.background(Resolver.fetch("bad", fake_fetch(returns=2)), scheduling="interrupt")
+        await settle()
+        assert sorted(spoken) == ["bad", "good"]
+        ctx = await session.user_turn("?")
+        assert ctx.deliveries == ()  # handed out (to on_delivery), even the one that failed
+    assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [(speak, ValueError)]
+
+
+@pytest.mark.anyio
+async def test_a_deliver_callable_gets_the_result_instead_of_the_model(
+    clock: ManualClock, state: State
+) -> None:
+    mine: list[BackgroundResult] = []
+    pushed: list[BackgroundResult] = []
+    async with Session(state, clock=clock, on_delivery=pushed.append) as session:
+        session.background(
+            Resolver.fetch("lookup", fake_fetch(returns=1)), mine.append, "interrupt"
+        )
+        await settle()
+        ctx = await session.user_turn("?")
+    assert [(r.name, r.scheduling) for r in mine] == [("lookup", Scheduling.INTERRUPT)]
+    assert pushed == []
+    assert ctx.deliveries == ()
+
+
+@pytest.mark.anyio
+async def test_flow_background_actions_come_through_the_turn_context(
+    clock: ManualClock, state: State
+) -> None:
+    check = fake_fetch()
+    plan = Flow(
+        "lookup",
+        [
+            Step("ask", done=is_true("go"), posture="Ask."),
+            Step(
+                "check",
+                after=["ask"],
+                done=resolved("availability"),
+                on_enter=run(Resolver.fetch("availability", check), "background"),
+                posture="Say you are checking.",
+            ),
+            Step("answer", after=["check"], terminal=True, posture="Give the answer."),
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        runner = session.run_flow(plan)
+        state.set("go", True)
+        ctx = await session.user_turn("can you check?")
+        assert ctx.postures == ("Say you are checking.",)
+        assert ctx.deliveries == ()
+        await settle()
+        assert check.held == 1
+        check.complete({"open": True})
+        await settle()
+        assert runner.is_complete
+        ctx = await session.user_turn("and?")
+        assert ctx.postures == ("Give the answer.",)
+        assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
+            ("availability", {"open": True}, Scheduling.WHEN_IDLE)
+        ]
+        assert delivery_lines(ctx.lines) == [
+            line(
+                "availability",
+                "when_idle",
+                {"resolver": "availability", "result": {"open": True}, "status": "completed"},
+            )
+        ]
+        assert runner.take_deliveries() == []
+
+
+@pytest.mark.anyio
+async def test_a_runner_takes_only_its_own_deliveries(clock: ManualClock, state: State) -> None:
+    plan = Flow(
+        "f",
+        [
+            Step(
+                "check",
+                done=resolved("mine"),
+                on_enter=run(Resolver.fetch("mine", fake_fetch(returns="flow")), "background"),
+            ),
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        session.background(Resolver.fetch("theirs", fake_fetch(returns="session")))
+        runner = session.run_flow(plan)
+        await settle()
+        assert [r.value for r in runner.take_deliveries()] == ["flow"]
+        assert runner.take_deliveries() == []
+        ctx = await session.user_turn("?")
+        assert [r.value for r in ctx.deliveries] == ["session"]
+
+
+@pytest.mark.anyio
+async def test_a_flow_interrupt_action_is_pushed_with_on_delivery(
+    clock: ManualClock, state: State
+) -> None:
+    pushed: list[str] = []
+    plan = Flow(
+        "f",
+        [
+            Step(
+                "check",
+                done=resolved("fraud"),
+                on_enter=run(
+                    Resolver.fetch("fraud", fake_fetch(returns="flagged")),
+                    "background",
+                    scheduling="interrupt",
+                ),
+            ),
+        ],
+    )
+    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.value)) as s:
+        runner = s.run_flow(plan)
+        await settle()
+        assert pushed == ["flagged"]
+        assert runner.take_deliveries() == []
+        assert (await s.user_turn("?")).deliveries == ()
+
+
+# -- 5. the interruption race ---------------------------------------------------------------------
+
+
+def waiting_flow(*names: str) -> Flow:
+    """One step per resolver name, all active at once, each done when its result is in."""
+    return Flow("wait", [Step(f"s_{n}", done=resolved(n)) for n in names])
+
+
+@pytest.mark.anyio
+async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_once(
+    clock: ManualClock, state: State
+) -> None:
+    pushed: list[tuple[str, bool]] = []
+    session: Session
+
+    def speak(result: BackgroundResult) -> None:
+        pushed.append((result.name, session.interrupting))
+
+    urgent, idle = fake_fetch(), fake_fetch()
+    async with Session(state, clock=clock, on_delivery=speak) as session:
+        runner = session.run_flow(waiting_flow("urgent", "idle"))
+        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        session.background(Resolver.fetch("idle", idle), scheduling="when_idle")
+        await settle()
+        session.begin_interruption()
+        assert session.interrupting
+        urgent.complete("fraud alert")
+        idle.complete("table free")
+        await settle()
+        # The State and the flow have both at once ...
+        assert state.get("urgent:result") == "fraud alert"
+        assert state.get("idle:result") == "table free"
+        assert runner.verdict("s_urgent") is Verdict.DONE
+        assert runner.is_complete
+        # ... but nothing is said over the caller.
+        assert pushed == []
+
+        session.end_interruption()
+        assert not session.interrupting
+        await settle()
+        assert pushed == [("urgent", False)]
+
+        ctx = await session.user_turn("sorry, go on")
+        assert [r.name for r in ctx.deliveries] == ["idle"]  # urgent: never twice
+        session.begin_interruption()
+        session.end_interruption()
+        await settle()
+        assert pushed == [("urgent", False)]
+        assert session.take_deliveries() == []
+
+
+@pytest.mark.anyio
+async def test_without_on_delivery_a_held_interrupt_result_waits_for_the_next_turn(
+    clock: ManualClock, state: State
+) -> None:
+    urgent = fake_fetch()
+    async with Session(state, clock=clock) as session:
+        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        await settle()
+        session.begin_interruption()
+        urgent.complete(1)
+        await settle()
+        assert state.get("urgent:result") == 1
+        session.end_interruption()
+        await settle()
+        ctx = await session.user_turn("go on")
+        assert [(r.name, r.scheduling) for r in ctx.deliveries] == [
+            ("urgent", Scheduling.INTERRUPT)
+        ]
+        assert (await session.user_turn("ok")).deliveries == ()
+
+
+@pytest.mark.anyio
+async def test_a_turn_during_the_interruption_takes_the_held_result_so_end_pushes_nothing(
+    clock: ManualClock, state: State
+) -> None:
+    pushed: list[str] = []
+    urgent = fake_fetch()
+    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as s:
+        s.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        await settle()
+        s.begin_interruption()
+        urgent.complete(1)
+        await settle()
+        ctx = await s.user_turn("what I was saying")  # the caller's turn ends the barge-in
+        assert [r.name for r in ctx.deliveries] == ["urgent"]
+        s.end_interruption()
+        await settle()
+        assert pushed == []
+
+
+@pytest.mark.anyio
+async def test_a_held_result_waits_across_a_second_interruption_reported_from_a_thread(
+    clock: ManualClock, state: State
+) -> None:
+    loop_thread = threading.get_ident()
+    pushed: list[tuple[str, int]] = []
+    heard = anyio.Event()
+
+    def speak(result: BackgroundResult) -> None:
+        pushed.append((result.name, threading.get_ident()))
+        heard.set()
+
+    urgent = fake_fetch()
+    async with Session(state, clock=clock, on_delivery=speak) as session:
+        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        await settle()
+        await anyio.to_thread.run_sync(session.begin_interruption)
+        urgent.complete(1)
+        await settle()
+        assert pushed == []
+
+        def end_and_begin_again() -> None:  # the loop has not run the flush yet
+            session.end_interruption()
+            session.begin_interruption()
+
+        await anyio.to_thread.run_sync(end_and_begin_again)
+        await settle()
+        assert pushed == []  # still interrupting: held
+
+        await anyio.to_thread.run_sync(session.end_interruption)
+        with anyio.fail_after(SAFETY):
+            await heard.wait()
+        assert pushed == [("urgent", loop_thread)]  # pushed on the session's loop, once
+        await settle()
+        assert (await session.user_turn("go on")).deliveries == ()
+
+
+@pytest.mark.anyio
+async def test_held_results_are_not_pushed_if_the_caller_barges_in_again_at_once(
+    clock: ManualClock, state: State
+) -> None:
+    pushed: list[tuple[str, bool]] = []
+    session: Session
+
+    def speak(result: BackgroundResult) -> None:
+        pushed.append((result.name, session.interrupting))
+
+    urgent = fake_fetch()
+    async with Session(state, clock=clock, on_delivery=speak) as session:
+        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        await settle()
+        session.begin_interruption()
+        urgent.complete(1)
+        await settle()
+        session.end_interruption()
+        session.begin_interruption()  # voice activity flickers: talking again
+        await settle()
+        assert pushed == []
+        session.end_interruption()
+        await settle()
+        assert pushed == [("urgent", False)]
+
+
+@pytest.mark.anyio
+async def test_results_from_threads_land_exactly_once_while_turns_run(
+    clock: ManualClock, state: State
+) -> None:
+    n = 12
+    schedulings = [("when_idle", "interrupt", "silent")[i % 3] for i in range(n)]
+    gates = [threading.Event() for _ in range(n)]
+    pushed: list[str] = []
+
+    def blocking(i: int) -> Callable[[State], Any]:
+        def work(state: State) -> Any:
+            if not gates[i].wait(SAFETY):
+                raise TimeoutError(f"gate {i} never opened")
+            return {"thread": i}
+
+        return work
+
+    # Flow side: a thread's write enters a step whose on_enter starts a background lookup.
+    plan = Flow(
+        "threads",
+        [
+            Step(
+                f"s{i}",
+                gate=is_true(f"go:{i}"),
+                done=resolved(f"flow{i}"),
+                on_enter=run(
+                    Resolver.fetch(f"flow{i}", fake_fetch(returns=i)),
+                    "background",
+                    # (Interrupt results of flow actions: see the test of their own above.)
+                    scheduling=("when_idle", "silent")[i % 2],
+                ),
+            )
+            for i in range(n)
+        ],
+    )
+
+    def voice_thread() -> None:
+        for i in range(n):
+            if i % 4 == 1:
+                session.begin_interruption()
+            state.set(f"go:{i}", True)
+            gates[i].set()
+            if i % 4 == 3:
+                session.end_interruption()
+        session.end_interruption()
+
+    handed: list[str] = []
+    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as session:
+        runner = session.run_flow(plan)
+        for i in range(n):
+            session.background(
+                Resolver.function(f"thr{i}", blocking(i), thread=True), scheduling=schedulings[i]
+            )
+        worker = threading.Thread(target=voice_thread)
+        worker.start()
+        expected = {f"thr{i}" for i in range(n)} | {f"flow{i}" for i in range(n)}
+        with anyio.fail_after(SAFETY):
+            while set(handed) | set(pushed) != expected:
+                ctx = await session.user_turn("still there?")
+                handed.extend(r.name for r in ctx.deliveries)
+                await anyio.lowlevel.checkpoint()
+            await anyio.to_thread.run_sync(worker.join)
+            await session.wait_idle()
+        await settle()
+        handed.extend(r.name for r in session.take_deliveries())
+        assert runner.is_complete
+    assert Counter(handed) + Counter(pushed) == Counter(expected)  # each exactly once
+    assert not set(pushed) & {f"thr{i}" for i in range(n) if schedulings[i] != "interrupt"}
+    for i in range(n):
+        assert state.get(f"thr{i}:result") == {"thread": i}
+        assert state.get(f"flow{i}:result") == i
+
+
+# The property: random interleavings of results landing (or failing, or cancelled), the caller
+# interrupting, turns, take_deliveries and context_now, against a model of where each result
+# must go. ``end`` lets the loop run before the next event (the back-to-back case has its own
+# test above).
+
+SCHEDULINGS = ["when_idle", "interrupt", "silent"]
+RESOLVERS = st.lists(st.sampled_from(SCHEDULINGS), min_size=1, max_size=5)
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["land", "fail", "cancel"]), st.integers(0, 4)),
+        st.tuples(st.sampled_from(["begin", "end", "turn", "take", "now"]), st.just(0)),
+    ),
+    max_size=30,
+)
+
+
+async def interleaving(schedulings: list[str], events: list[tuple[str, int]], push: bool) -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    names = [f"r{i}" for i in range(len(schedulings))]
+    sched = dict(zip(names, schedulings, strict=True))
+    fakes = {name: fake_fetch() for name in names}
+    pushed: list[str] = []
+    pushed_while_interrupting: list[str] = []
+    handed: list[BackgroundResult] = []
+    session: Session
+
+    def speak(result: BackgroundResult) -> None:
+        if session.interrupting:
+            pushed_while_interrupting.append(result.name)
+        pushed.append(result.name)
+
+    # The model: where each result must be now.
+    interrupting = False
+    queued: list[str] = []  # in the inbox, oldest first
+    should_push: list[str] = []
+    outcome: dict[str, str] = {}
+
+    def take(got: tuple[BackgroundResult, ...] | list[BackgroundResult]) -> None:
+        nonlocal queued
+        assert [r.name for r in got] == queued  # every waiting result, oldest first
+        for r in got:
+            assert r.status == outcome[r.name]
+            assert r.scheduling is Scheduling(sched[r.name])
+        handed.extend(got)
+        queued = []
+
+    async with Session(state, clock=clock, on_delivery=speak if push else None) as session:
+        runner = session.run_flow(waiting_flow(*names))
+        for name in names:
+            session.background(Resolver.fetch(name, fakes[name]), scheduling=sched[name])
+        await settle()
+        for kind, i in [*events, *(("land", j) for j in range(len(names)))]:
+            if kind in ("land", "fail", "cancel"):
+                name = names[i % len(names)]
+                if name in outcome:
+                    continue
+                if kind == "land":
+                    fakes[name].complete({"from": name})
+                    outcome[name] = "completed"
+                elif kind == "fail":
+                    fakes[name].fail("down")
+                    outcome[name] = "error"
+                else:
+                    assert session.cancel(name) == 1
+                    outcome[name] = "cancelled"
+                await settle()
+                # Written at once, whoever is talking; the flow advanced with it.
+                assert state.get(f"{name}:status") == {"completed": "done"}.get(
+                    outcome[name], outcome[name]
+                )
+                if kind == "land":
+                    assert state.get(f"{name}:result") == {"from": name}
+                    assert runner.verdict(f"s_{name}") is Verdict.DONE
+                else:
+                    assert runner.verdict(f"s_{name}") is Verdict.ACTIVE
+                if sched[name] == "interrupt" and push and not interrupting:
+                    should_push.append(name)
+                else:
+                    queued.append(name)
+            elif kind == "begin":
+                session.begin_interruption()
+                interrupting = True
+            elif kind == "end":
+                session.end_interruption()
+                interrupting = False
+                await settle()
+                if push:
+                    should_push += [n for n in queued if sched[n] == "interrupt"]
+                    queued = [n for n in queued if sched[n] != "interrupt"]
+            elif kind == "turn":
+                ctx = await session.user_turn("and?")
+                spoken = [r for r in ctx.deliveries if r.scheduling is not Scheduling.SILENT]
+                assert len(delivery_lines(ctx.all_lines)) == len(spoken)
+                take(ctx.deliveries)
+            elif kind == "take":
+                take(session.take_deliveries())
+            else:
+                take(session.context_now().deliveries)
+            assert session.interrupting is interrupting
+            assert sorted(pushed) == sorted(should_push)
+        session.end_interruption()
+        await settle()
+        if push:
+            should_push += [n for n in queued if sched[n] == "interrupt"]
+            queued = [n for n in queued if sched[n] != "interrupt"]
+        take(session.take_deliveries())
+        assert sorted(pushed) == sorted(should_push)
+
+    assert pushed_while_interrupting == []
+    every = Counter(r.name for r in handed) + Counter(pushed)
+    assert every == Counter(names)  # each result handed out exactly once: none lost, none twice
+    if not push:
+        assert pushed == []
+    assert all(sched[n] == "interrupt" for n in pushed)
+
+
+@settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(schedulings=RESOLVERS, events=EVENTS, push=st.booleans())
+@example(["interrupt"], [("begin", 0), ("land", 0), ("end", 0)], True)
+@example(["interrupt", "when_idle"], [("begin", 0), ("land", 0), ("land", 1), ("turn", 0)], True)
+@example(["interrupt"], [("begin", 0), ("cancel", 0), ("now", 0), ("end", 0)], True)
+@example(["interrupt", "silent"], [("begin", 0), ("fail", 0), ("end", 0), ("take", 0)], False)
+def test_every_result_is_handed_out_exactly_once_whatever_the_interleaving(
+    schedulings: list[str], events: list[tuple[str, int]], push: bool
+) -> None:
+    for backend in ("asyncio", "trio"):
+        anyio.run(interleaving, schedulings, events, push, backend=backend)
+
+
+# -- 6. voice timing ------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_timings_of_steps_active_in_two_flows_merge_most_cautious(
+    clock: ManualClock, state: State
+) -> None:
+    first = Flow(
+        "first",
+        [
+            Step(
+                "read_back",
+                done=is_true("a"),
+                timing=VoiceTiming(
+                    reprompt_after_ms=8000,
+                    reprompt="Are you still there?",
+                    filler_after_ms=1200,
+                    end_of_speech_ms=400,
+                ),
+            ),
+            Step("plain", after=["read_back"], done=is_true("never")),
+        ],
+    )
+    second = Flow(
+        "second",
+        [
+            Step(
+                "disclosure",
+                done=is_true("b"),
+                timing=VoiceTiming(
+                    reprompt_after_ms=5000, end_of_speech_ms=900, interruptible=False
+                ),
+            )
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        session.run_flow(first)
+        session.run_flow(second)
+        ctx = await session.user_turn("hi")
+        merged = {
+            "reprompt_after_ms": 5000,
+            "reprompt": "Are you still there?",
+            "filler_after_ms": 1200,
+            "interruptible": False,
+            "end_of_speech_ms": 900,
+        }
+        assert ctx.voice_timing == merged
+        assert state.get("session:voice_timing") == merged
+
+        state.set("b", True)  # between turns: re-published by a task
+        await settle()
+        only_first = {
+            "reprompt_after_ms": 8000,
+            "reprompt": "Are you still there?",
+            "filler_after_ms": 1200,
+            "end_of_speech_ms": 400,
+        }
+        assert state.get("session:voice_timing") == only_first
+        ctx = await session.user_turn("ok")
+        assert ctx.voice_timing == only_first
+
+        state.set("a", True)  # the step with no timing is all that is active
+        await settle()
+        assert not state.contains("session:voice_timing")
+        ctx = await session.user_turn("ok")
+        assert ctx.voice_timing is None
+        assert not state.contains("session:voice_timing")
+
+
+@pytest.mark.anyio
+async def test_two_parallel_steps_of_one_flow_merge_and_the_key_goes_with_them(
+    state: State,
+) -> None:
+    plan = Flow(
+        "t",
+        [
+            Step(
+                "a", done=is_true("a"), timing=VoiceTiming(interruptible=True, filler_after_ms=900)
+            ),
+            Step(
+                "b",
+                done=is_true("b"),
+                timing=VoiceTiming(filler_after_ms=2500, end_of_speech_ms=700),
+            ),
+            Step("c", after=["a", "b"], done=is_true("c")),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(plan)
+        ctx = await session.user_turn("hi")
+        both = {"interruptible": True, "filler_after_ms": 900, "end_of_speech_ms": 700}
+        assert ctx.voice_timing == both
+        assert state.get("session:voice_timing") == both
+        state.set("a", True)
+        ctx = await session.user_turn("a")
+        assert ctx.voice_timing == {"filler_after_ms": 2500, "end_of_speech_ms": 700}
+        assert state.get("session:voice_timing") == ctx.voice_timing
+        state.set("b", True)
+        ctx = await session.user_turn("b")
+        assert ctx.voice_timing is None
+        assert not state.contains("session:voice_timing")
+
+
+@pytest.mark.anyio
+async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> None:
+    plan = Flow("t", [Step("a", done=is_true("a"), timing=VoiceTiming(end_of_speech_ms=600))])
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(plan)
+        await session.user_turn("one")
+        version = state.version("session:voice_timing")
+        await session.user_turn("two")
+        await session.user_turn("three")
+        assert state.version("session:voice_timing") == version
+        prov = state.provenance("session:voice_timing")
+        assert prov is not None
+        assert (prov.source, prov.writer) == ("session", "voice_timing")
+
+
+# -- 7. pytest-asyncio ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_user_turn_under_pytest_asyncio_with_the_plugin_fixture(
+    slate_session: Session, slate_state: State, slate_clock: ManualClock
+) -> None:
+    slate_session.add_extractor(sizes())
+    runner = slate_session.run_flow(booking())
+    lookup = fake_fetch(returns={"open": True}, delay=2, clock=slate_clock)
+    slate_session.background(Resolver.fetch("lookup", lookup))
+    ctx = await slate_session.user_turn("four people, card 4111 1111 1111 1111")
+    assert ctx.turn.text == "four people, card [card ending 1111]"
+    assert slate_state.get("b:size") == 4
+    assert runner.active_steps == ["confirm"]
+    assert ctx.postures == (CONFIRM,)
+    assert ctx.deliveries == ()
+    assert not slate_state.contains("turn:user")
+    await slate_clock.advance(2)
+    ctx = await slate_session.user_turn("is it free?")
+    assert [(r.name, r.value) for r in ctx.deliveries] == [("lookup", {"open": True})]
