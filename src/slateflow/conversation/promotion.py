@@ -53,6 +53,8 @@ class Rule:
     def decide(self, state: State, key: str, value: Any) -> tuple[bool, str]:
         """(write?, why) for ``value`` going to ``key``."""
         current = state.get(key, _MISSING)
+        if current is None:
+            current = _MISSING  # a field reset to None is unknown again, as extractors read it
         if self.accept is not None and not self.accept(value, state):
             return False, f"not accepted: {self.accept_text} does not hold"
         if self.kind == "true_only" and value is not True:
