@@ -291,3 +291,47 @@ def test_voice_call_example_in_process() -> None:
     assert cancelled.get("flow:terminated") is True
     assert cancelled.get("flow:booking:complete") is False
     assert booked.keys("turn:") == []
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_verification_panel_example_runs(backend: str) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "verification_panel.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    order = [
+        "== with a budget of 3,000 tokens",
+        "the judge wants: mentions the time, is polite, cites the booking system",
+        "the judge wants: is polite, cites the booking system",
+        "the judge wants: cites the booking system",
+        "approved",
+        "tokens: 2210 of 3000; exhausted: False",
+        "== with a budget of 600 tokens",
+        "the budget ran out: the panel stops",
+        "tokens: 710 of 600; exhausted: True",
+        "budget_exhausted",
+    ]
+    at = 0
+    for line in order:
+        found = out.find(line, at)
+        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
+        at = found + len(line)
+
+
+def test_verification_panel_example_in_process() -> None:
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import verification_panel
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    lines: list[str] = []
+    draft, approved, state = anyio.run(
+        verification_panel.verify, "Your booking is confirmed.", 3000, lines.append
+    )
+    assert approved
+    assert "19:30" in draft
+    assert state.get("j3:result") == {"approved": True, "missing": []}
+    assert state.provenance("r0_facts:result").writer == "facts"
+    assert anyio.run(verification_panel.main, lines.append) == (True, False)

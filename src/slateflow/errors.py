@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "CursorExpiredError",
+    "DispatchError",
     "DispatchRejectedError",
     "ExtractDefinitionError",
     "FakeScriptError",
@@ -34,6 +35,7 @@ __all__ = [
     "SlateError",
     "SnapshotError",
     "StateValueError",
+    "SupervisionError",
     "TemplateError",
     "TransactionError",
     "VersionConflictError",
@@ -202,3 +204,17 @@ class ExtractDefinitionError(SlateError, ValueError):
 class OrchestrationError(SlateError, ValueError):
     """An orchestration was called with bad arguments (a spec, a stage, a loop without a cap);
     the message names the task or combinator and says what to pass instead."""
+
+
+class DispatchError(SlateError):
+    """One dispatched call failed: ``agent`` names who, the message says why (the agent's own
+    exception, if any, is the ``__cause__``)."""
+
+    def __init__(self, agent: str, message: str) -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
+class SupervisionError(SlateError):
+    """A supervised agent cannot answer: it was stopped, cancelled, or its channel is closed.
+    The message names the agent."""

@@ -17,7 +17,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from ..errors import OrchestrationError, SlateError
+from ..errors import DispatchError, OrchestrationError
 
 __all__ = [
     "DispatchError",
@@ -26,15 +26,6 @@ __all__ = [
     "QueryPayload",
     "SignalPayload",
 ]
-
-
-class DispatchError(SlateError):
-    """One dispatched call failed: ``agent`` names who, the message says why (the agent's own
-    exception, if any, is the ``__cause__``)."""
-
-    def __init__(self, agent: str, message: str) -> None:
-        super().__init__(message)
-        self.agent = agent
 
 
 class SignalPayload(BaseModel):

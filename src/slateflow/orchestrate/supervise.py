@@ -27,7 +27,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..errors import OrchestrationError, SlateError
+from ..errors import OrchestrationError, SupervisionError
 
 __all__ = [
     "AgentOrchestrator",
@@ -42,11 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("slateflow.orchestrate")
-
-
-class SupervisionError(SlateError):
-    """A supervised agent cannot answer: it was stopped, cancelled, or its channel is closed.
-    The message names the agent."""
 
 
 @runtime_checkable
