@@ -38,6 +38,15 @@ def python_blocks(page: str) -> list[str]:
     return FENCE.findall((ROOT / page).read_text(encoding="utf-8"))
 
 
+def assert_in_order(out: str, lines: list[str]) -> None:
+    """Each of ``lines`` is in ``out``, in this order."""
+    at = 0
+    for line in lines:
+        found = out.find(line, at)
+        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
+        at = found + len(line)
+
+
 def run_blocks(blocks: list[str], page: str) -> None:
     """Execute ``blocks`` in order in one namespace; a block with top-level await runs on anyio."""
     namespace: dict[str, Any] = {"__name__": f"docs_{Path(page).stem}"}
@@ -91,39 +100,38 @@ def test_demo_runs_from_the_command_line() -> None:
     assert out.count("4111 1111 1111 1111") == 1  # ... and never shown again
     # Part 8: the flow moves as the facts arrive, in this order.
     flow_part = out[out.index("8. The same call as a Flow") :]
-    at = 0
-    for line in [
-        "active: ['slot']",
-        "the model is told: Known: date not yet, time not yet.",
-        'transcript (redacted): "Saturday at 7 pm, for four people. My card is '
-        '[card ending 1111]."',
-        ">> step 'slot' done",
-        ">> step 'check' entered",
-        "slots: booking:time = '19:00' written (overwrite: new value)",
-        "model calls book_table: refused",
-        "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
-        ">> step 'check' done",
-        ">> step 'offer' entered",
-        "the model is idle, so it is told now (session.context_now()):",
-        "the model is told: Free instead: 19:30.",
-        "the model is told: Background result (when_idle) from availability: "
-        '{"resolver": "availability", "result": {"alternative": "19:30", "open": false}, '
-        '"status": "completed"}',
-        ">> step 'confirm' entered",
-        "slots: booking:time = '19:30' written (overwrite: overwrites)",
-        "answers: booking:confirmed = True not written (not accepted: step 'confirm' is active "
-        "does not hold)",
-        "the model is told: Booking: Saturday at 19:30 for 4.",
-        "model calls book_table: admitted, it runs",
-        ">> step 'goodbye' done",
-        "'book_table' has already run and may run only once",
-        "complete: True; flow:booking:done = ['slot', 'check', 'offer', 'confirm', 'book', "
-        "'goodbye']",
-        "written by source 'flow', writer 'booking'",
-    ]:
-        found = flow_part.find(line, at)
-        assert found >= 0, f"missing (or out of order): {line!r}"
-        at = found + len(line)
+    assert_in_order(
+        flow_part,
+        [
+            "active: ['slot']",
+            "the model is told: Known: date not yet, time not yet.",
+            'transcript (redacted): "Saturday at 7 pm, for four people. My card is '
+            '[card ending 1111]."',
+            ">> step 'slot' done",
+            ">> step 'check' entered",
+            "slots: booking:time = '19:00' written (overwrite: new value)",
+            "model calls book_table: refused",
+            "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
+            ">> step 'check' done",
+            ">> step 'offer' entered",
+            "the model is idle, so it is told now (session.context_now()):",
+            "the model is told: Free instead: 19:30.",
+            "the model is told: Background result (when_idle) from availability: "
+            '{"resolver": "availability", "result": {"alternative": "19:30", "open": false}, '
+            '"status": "completed"}',
+            ">> step 'confirm' entered",
+            "slots: booking:time = '19:30' written (overwrite: overwrites)",
+            "answers: booking:confirmed = True not written (not accepted: step 'confirm' is active "
+            "does not hold)",
+            "the model is told: Booking: Saturday at 19:30 for 4.",
+            "model calls book_table: admitted, it runs",
+            ">> step 'goodbye' done",
+            "'book_table' has already run and may run only once",
+            "complete: True; flow:booking:done = ['slot', 'check', 'offer', 'confirm', 'book', "
+            "'goodbye']",
+            "written by source 'flow', writer 'booking'",
+        ],
+    )
     assert proc.stderr == ""
 
 
@@ -195,11 +203,7 @@ def test_voice_booking_flow_example_runs(backend: str) -> None:
         "'book_table' has already run and may run only once",
         "flow complete: True; done: slot, check, offer, confirm, book, goodbye",
     ]
-    at = 0
-    for line in order:
-        found = out.find(line, at)
-        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
-        at = found + len(line)
+    assert_in_order(out, order)
 
 
 def test_voice_booking_flow_example_in_process() -> None:
@@ -261,11 +265,7 @@ def test_voice_call_example_runs(backend: str) -> None:
         "model calls book_table: refused: The conversation has ended: digression 'cancel' "
         "terminated it.",
     ]
-    at = 0
-    for line in order:
-        found = out.find(line, at)
-        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
-        at = found + len(line)
+    assert_in_order(out, order)
     assert "4111 1111 1111 1111" not in out.split('caller: "Saturday', 1)[1].split("\n", 1)[1]
     assert out.count(">> spoken at once") == 1  # the check's answer, once
 
@@ -313,11 +313,7 @@ def test_verification_panel_example_runs(backend: str) -> None:
         "tokens: 710 of 600; exhausted: True",
         "budget_exhausted",
     ]
-    at = 0
-    for line in order:
-        found = out.find(line, at)
-        assert found >= 0, f"missing (or out of order): {line!r}\n{out}"
-        at = found + len(line)
+    assert_in_order(out, order)
 
 
 def test_verification_panel_example_in_process() -> None:
