@@ -311,3 +311,23 @@ def test_a_flow_advances_when_the_extractor_fills_its_slots() -> None:
     )
     booking().extract(state, "Saturday for four people")
     assert runner.is_complete
+
+
+def test_a_validation_that_raises_refuses_the_turn_and_says_why() -> None:
+    state = State()
+    extractor = (
+        Extract("b")
+        .field("size", integer_near(["people"]))
+        .field("day", one_of(["monday", "friday"]))
+        .validate(lambda v: v["size"] <= 12, "at most 12")  # None <= 12 raises
+        .build()
+    )
+    result = extractor.extract(state, "on friday")
+    assert [d.written for d in result.decisions] == [False]
+    assert result.decisions[0].reason.startswith("validation: at most 12 (it raised TypeError")
+    assert state.keys("b:") == []
+
+
+def test_two_fields_cannot_write_one_key() -> None:
+    with pytest.raises(ExtractDefinitionError, match="writes 'b:size' like field 'size'"):
+        Extract("b").field("size", integer()).field_to("count", "b:size", integer())

@@ -153,7 +153,14 @@ class TurnExtractor:
         proposed = dict(values)
         proposed.update({f.name: v for f, v, _ in writes})
         for pred, text in self.checks:
-            if writes and not pred(proposed):
+            if not writes:
+                break
+            try:
+                holds = bool(pred(proposed))
+            except Exception as exc:
+                # A check that cannot judge the values (None where it wants a number) refuses.
+                holds, text = False, f"{text} (it raised {type(exc).__name__}: {exc})"
+            if not holds:
                 decisions = [
                     Decision(d.field, d.key, d.value, d.confidence, False, f"validation: {text}")
                     if d.written
@@ -308,6 +315,11 @@ def make_field(
         target = check_key(rule.target or key)
     except SlateError as exc:
         raise ExtractDefinitionError(f"{where}: {exc}") from None
+    for other in known.values():
+        if other.key == target:
+            raise ExtractDefinitionError(
+                f"{where}: writes {target!r} like field {other.name!r}; give each field its own key"
+            )
     return Field(name, target, recognizer, rule)
 
 
