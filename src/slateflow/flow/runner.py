@@ -421,6 +421,8 @@ class FlowRunner:
             for i, s in enumerate(flow.steps)
         ]
         self._stuck: dict[int, int] = {}  # turns each step with a repair policy stayed active
+        self._entered_turn: dict[int, int] = {}  # the turn a repaired step was entered on
+        self._turn_no = 0  # user turns begun (begin_turn), so an entry knows its turn
         self._escalated: set[int] = set()
         self._repair_shown: dict[str, bool] = {}  # the repair keys as last written
         self._timed = any(s.timing is not None for s in flow.steps)
@@ -645,6 +647,8 @@ class FlowRunner:
                 events.append(("done", i))
             elif not self._active[i]:
                 self._set_active(i, True)
+                if i in self._repairs:
+                    self._entered_turn[i] = self._turn_no
                 if not self._entered[i]:
                     self._entered[i] = True
                     events.append(("enter", i))
@@ -869,6 +873,13 @@ class FlowRunner:
         guards reading something other than the State)."""
         self._advance_all()
 
+    def begin_turn(self) -> None:
+        """A user turn starts (the session calls this before its extractors run): a step the
+        turn's words make active is entered on this turn, which repair does not count as a
+        turn the caller was stuck on it."""
+        with self._lock:
+            self._turn_no += 1
+
     async def on_turn(self) -> None:
         """A conversation turn ended: re-evaluate every guard, then wait for ``on_enter``
         actions in call mode (started by this turn or before) to finish, re-advancing on their
@@ -892,6 +903,8 @@ class FlowRunner:
         with self._lock, self._committed():
             self._check_open()
             for i, policy in self._repairs.items():
+                if self._active[i] and self._entered_turn.get(i, -1) >= self._turn_no > 0:
+                    continue  # entered by this very turn's words: the caller was not stuck yet
                 if self._active[i]:
                     stuck = self._stuck[i] = self._stuck.get(i, 0) + 1
                     if stuck >= policy.escalate_after and i not in self._escalated:
@@ -1010,7 +1023,9 @@ class FlowRunner:
         if not self._timed:
             return None
         merged: VoiceTiming | None = None
-        for rt in self._active_rts():
+        with self._lock:
+            speaking = self._speaking_rts()  # a closing terminal step's timing applies too
+        for rt in speaking:
             timing = rt.step.timing
             if timing is not None:
                 merged = timing if merged is None else merged.merge(timing)

@@ -26,7 +26,7 @@ from ..resolve.background import BackgroundResult
 from ..state import State
 from .definition import Flow
 from .guards import Guard
-from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict
+from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .timing import VoiceTiming
 
 if TYPE_CHECKING:
@@ -141,6 +141,15 @@ class StackRunner:
         if not isinstance(stack, FlowStack):
             raise TypeError(f"StackRunner needs a FlowStack, got {type(stack).__name__}")
         stack.compile(stack.main.registry)
+        if session is None:
+            for d in stack.digressions:
+                for step in d.flow.steps:
+                    if step.on_enter is not None:
+                        raise FlowError(
+                            f"digression {d.name!r}: step {step.id!r} has an on_enter action, "
+                            "which needs a session to run in; start the stack with "
+                            "session.run_flow(stack)"
+                        )
         self.stack = stack
         self.state = state
         self.session = session
@@ -206,6 +215,13 @@ class StackRunner:
             except Exception:
                 log.exception("flow stack %r: the trigger of %r raised", self.name, d.name)
         return None
+
+    def begin_turn(self) -> None:
+        """A user turn starts (before its extraction): steps entered from now on are entered
+        on this turn, which does not count as a turn stuck on them."""
+        self.main.begin_turn()
+        if self._active is not None:
+            self._active[1].begin_turn()
 
     async def on_turn(self) -> None:
         """A turn ended: close a digression that completed last turn (resuming the main flow
@@ -316,9 +332,14 @@ class StackRunner:
                 return Admission(tool, True, self._ended(), violation=True)
             return Admission(tool, False, self._ended())
         admission = self.current.admit(tool)
-        if admission.allowed and self._active is not None:
-            binding = self.main.constraint_refusal(tool)
+        if admission.allowed and not admission.violation and self._active is not None:
+            binding = self.main._constraint_reason(tool)
             if binding is not None:
+                if self.enforcement is Enforcement.OBSERVE:
+                    self.main.violations.append(
+                        Violation(tool, binding, tuple(self.current.active_steps))
+                    )
+                    return Admission(tool, True, binding, violation=True)
                 return Admission(tool, False, binding)
         return admission
 

@@ -680,9 +680,12 @@ class Session:
             with self.state.transaction():
                 self.state.set("session:turn", turn.number, source="session", writer="turn")
                 self.state.set("turn:user", clean, source="session", writer="turn")
+            governors = self._governors()
+            for governor in governors:
+                governor.begin_turn()
             for hook in list(self._hooks):
                 await self._hook(hook, hook._on_turn(self, turn))
-            for governor in self._governors():
+            for governor in governors:
                 await governor.on_turn()
             self.publish_timing()
             context = self._context(turn)

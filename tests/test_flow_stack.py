@@ -1,0 +1,1482 @@
+"""FlowStack digressions, repair policies and voice timing, driven the way a voice loop drives
+them: ``session.run_flow(stack)`` then ``await session.user_turn(...)`` turn after turn (a few
+tests run a ``StackRunner`` or ``FlowRunner`` by hand with ``await runner.on_turn()``).
+
+Everything runs on a :class:`ManualClock`; tests wait on the session (``wait_idle``) or on
+``settle()``, never on the wall clock. Facts an extractor would write are written to the State
+just before the turn that "said" them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from slateflow import (
+    Admission,
+    Digression,
+    Enforcement,
+    Flow,
+    FlowRunner,
+    FlowStack,
+    ManualClock,
+    RepairPolicy,
+    Resolver,
+    Session,
+    StackRunner,
+    State,
+    Step,
+    Verdict,
+    VoiceTiming,
+    all_,
+    called_ok,
+    custom,
+    done,
+    is_set,
+    is_true,
+    once,
+    require,
+    reset,
+    run,
+)
+from slateflow.conversation import Extract, regex
+from slateflow.errors import FlowDefinitionError, FlowError
+from slateflow.flow import (
+    DEFAULT_REPROMPT,
+    OVERLAY_KEY,
+    TERMINATED_KEY,
+    VOICE_TIMING_KEY,
+    escalate_key,
+    reprompt_key,
+)
+from slateflow.resolve.clock import settle
+
+TOOLS = ["check_tables", "book_table", "lookup_hours", "transfer"]
+
+ASK_NAME = "Ask for the caller's name."
+ASK_SIZE = "Ask how many people are coming."
+BOOK = "Book the table."
+BYE = "Thank the caller and say goodbye."
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+class Count:
+    """A resolver that counts how often it ran (an ``on_enter`` action's witness)."""
+
+    def __init__(self, name: str) -> None:
+        self.calls = 0
+        self.resolver = Resolver.function(name, self._run)
+
+    def _run(self, state: State) -> int:
+        self.calls += 1
+        return self.calls
+
+
+def booking(
+    *,
+    name_enter: Any = None,
+    size_enter: Any = None,
+    size_repair: RepairPolicy | None = None,
+    size_timing: VoiceTiming | None = None,
+) -> Flow:
+    """name -> size -> book -> bye, ``require("book")``, ``once("book_table")``."""
+    return Flow(
+        "booking",
+        [
+            Step("name", done=is_set("name"), posture=ASK_NAME, on_enter=name_enter),
+            Step(
+                "size",
+                after=["name"],
+                done=is_set("size"),
+                posture=ASK_SIZE,
+                ground="The caller is {name}.",
+                allow=["check_tables"],
+                on_enter=size_enter,
+                repair=size_repair,
+                timing=size_timing,
+            ),
+            Step(
+                "book",
+                after=["size"],
+                done=called_ok("book_table"),
+                posture=BOOK,
+                allow=["book_table"],
+            ),
+            Step("bye", after=["book"], terminal=True, posture=BYE),
+        ],
+        constraints=[once("book_table"), require("book")],
+    )
+
+
+def side(name: str, *, on_enter: Any = None, done_key: str | None = None) -> Flow:
+    """A two-step side conversation: ``q`` (done when ``done_key``, default
+    ``{name}:answered``, is true) then the terminal ``close``."""
+    return Flow(
+        name,
+        [
+            Step(
+                "q",
+                done=is_true(done_key or f"{name}:answered"),
+                posture=f"Answer the {name} question.",
+                allow=["lookup_hours"],
+                on_enter=on_enter,
+            ),
+            Step("close", after=["q"], terminal=True, posture=f"Close the {name} detour."),
+        ],
+    )
+
+
+def instant(name: str, posture: str) -> Flow:
+    """A side conversation complete the moment it starts: one terminal step."""
+    return Flow(name, [Step("only", terminal=True, posture=posture)])
+
+
+def ended(name: str) -> str:
+    return f"The conversation has ended: digression '{name}' terminated it."
+
+
+# -- digressions: suspension and resume="previous" ------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until_resumed() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(stack)
+        assert isinstance(runner, StackRunner)
+        assert (state.get(OVERLAY_KEY), state.get(TERMINATED_KEY)) == (None, False)
+        ctx = await session.user_turn("hi")
+        assert ctx.postures == (ASK_NAME,)
+        assert runner.current is runner.main
+        assert runner.main.turns == 1
+
+        state.set("intent:faq", True)
+        ctx = await session.user_turn("when do you open?")
+        assert runner.overlay == "faq"
+        assert state.get(OVERLAY_KEY) == "faq"
+        assert runner.current is not runner.main
+        assert runner.current.name == "faq"
+        assert runner.main.suspended
+        assert ctx.postures == ("Answer the faq question.",)
+        assert runner.active_steps == ["q"]
+        assert state.get("flow:faq:active") == ["q"]
+        assert runner.history == [(2, "faq", "entered")]
+
+        # The keys the main flow reads change under it; it does not move.
+        state.update({"name": "Ann", "size": 4})
+        assert runner.main.active_steps == ["name"]
+        assert runner.main.done_steps == []
+        assert state.get("flow:booking:active") == ["name"]
+        assert state.get("flow:booking:done") == []
+        ctx = await session.user_turn("and on sundays?")
+        assert runner.main.done_steps == []
+        assert runner.main.turns == 1  # its on_turn did not run while the digression spoke
+        assert ctx.postures == ("Answer the faq question.",)
+
+        state.update({"faq:answered": True, "intent:faq": False})
+        ctx = await session.user_turn("thanks")
+        # The completing turn: the digression still speaks, with its closing posture.
+        assert runner.overlay == "faq"
+        assert state.get(OVERLAY_KEY) == "faq"
+        assert ctx.postures == ("Close the faq detour.",)
+        assert runner.main.suspended
+        assert runner.main.done_steps == []
+
+        ctx = await session.user_turn("ok, the booking")
+        assert runner.overlay is None
+        assert state.get(OVERLAY_KEY) is None
+        assert not runner.main.suspended
+        assert runner.current is runner.main
+        # Caught up on everything written while it was suspended.
+        assert runner.main.done_steps == ["name", "size"]
+        assert runner.main.active_steps == ["book"]
+        assert state.get("flow:booking:done") == ["name", "size"]
+        assert ctx.postures == (BOOK,)
+        assert runner.main.turns == 2
+        assert runner.history == [(2, "faq", "entered"), (5, "faq", "resumed")]
+
+
+@pytest.mark.anyio
+async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(stack)
+        state.set("name", "Ann")
+        ctx = await session.user_turn("I'm Ann")
+        assert ctx.postures == (ASK_SIZE,)
+        assert ctx.grounds == ("The caller is Ann.",)
+        state.set("turn:faq", True)
+        ctx = await session.user_turn("are you open late?")
+        assert ctx.grounds == ()  # the digression has no grounds; main's are not said
+        state.set("faq:answered", True)
+        await session.user_turn("good")
+        ctx = await session.user_turn("so, four of us")
+        assert runner.main.active_steps == ["size"]  # where it was: the size was not given
+        assert ctx.postures == (ASK_SIZE,)
+        assert ctx.grounds == ("The caller is Ann.",)
+        assert ctx.lines[:2] == (ASK_SIZE, "The caller is Ann.")  # said again after the detour
+
+
+@pytest.mark.anyio
+async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(stack)
+        state.set("name", "Ann")
+        ctx = await session.user_turn("Ann")
+        assert ctx.tools == ("check_tables",)
+        await session.tool_ok("book_table")  # ran once (before it was its turn): once() binds
+        state.set("turn:faq", True)
+        ctx = await session.user_turn("hours?")
+        # The digression's allow list applies, not the main step's; once() still binds.
+        assert ctx.tools == ("lookup_hours",)
+        assert set(ctx.refused) == {"check_tables", "book_table", "transfer"}
+        assert ctx.refused["check_tables"].startswith(
+            "'check_tables' is not part of the current step ('q')."
+        )
+        assert ctx.refused["check_tables"].endswith(
+            "Available now: lookup_hours. Answer the faq question."
+        )
+        assert runner.admit("lookup_hours") == Admission("lookup_hours", True)
+        assert not runner.admit("book_table").allowed
+        state.set("faq:answered", True)
+        ctx = await session.user_turn("thanks")  # closing turn: nothing active in the detour
+        # No step of the digression restricts tools now, but the main flow's once() binds.
+        assert ctx.tools == ("check_tables", "lookup_hours", "transfer")
+        assert ctx.refused == {
+            "book_table": "'book_table' has already run and may run only once in this "
+            "conversation. Do not call it again."
+        }
+        assert runner.admit("book_table") == Admission(
+            "book_table", False, ctx.refused["book_table"]
+        )
+
+
+@pytest.mark.anyio
+async def test_a_trigger_still_holding_when_the_digression_ends_starts_it_again_at_once() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(stack)
+        state.set("intent:faq", True)
+        await session.user_turn("q")
+        state.set("faq:answered", True)
+        await session.user_turn("thanks")
+        state.set("faq:answered", False)
+        ctx = await session.user_turn("hm")  # left, then "intent:faq" still holds: in again
+        assert runner.overlay == "faq"
+        assert ctx.postures == ("Answer the faq question.",)
+        assert runner.history == [
+            (1, "faq", "entered"),
+            (3, "faq", "resumed"),
+            (3, "faq", "entered"),
+        ]
+
+
+# -- resume="restart" -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_restart_re_enters_steps_re_fires_on_enter_and_clears_repair_and_tools() -> None:
+    state = State()
+    name_count, size_count = Count("name_entered"), Count("size_entered")
+    main = booking(
+        name_enter=run(name_count.resolver),
+        size_enter=run(size_count.resolver),
+        size_repair=RepairPolicy(reprompt_after=2, escalate_after=9),
+    )
+    over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(main, [over]))
+        await session.wait_idle()
+        assert (name_count.calls, size_count.calls) == (1, 0)
+        state.set("name", "Ann")
+        await session.user_turn("Ann")
+        ctx = await session.user_turn("...")
+        await session.wait_idle()
+        assert (name_count.calls, size_count.calls) == (1, 1)
+        assert ctx.reprompts == (DEFAULT_REPROMPT,)
+        assert state.get(reprompt_key("size")) is True
+        await session.tool_ok("check_tables")
+        assert runner.main.marking.tools_ok == {"check_tables": 1}
+
+        state.set("turn:over", True)
+        ctx = await session.user_turn("let's start over")
+        assert ctx.postures == ("Start over.",)
+        assert ctx.reprompts == ()  # the detour speaks
+        assert runner.main.done_steps == ["name"]  # untouched until the next turn
+
+        ctx = await session.user_turn("ok")
+        await session.wait_idle()
+        assert runner.history == [(3, "over", "entered"), (4, "over", "restarted")]
+        # "name" is known: re-opened and done again at once, so not entered (no on_enter);
+        # "size" was entered again: its on_enter fired again.
+        assert runner.main.done_steps == ["name"]
+        assert runner.main.active_steps == ["size"]
+        assert (name_count.calls, size_count.calls) == (1, 2)
+        assert runner.main.marking.tools_ok == {}
+        # The repair count started over (two turns stuck before would reprompt at once).
+        assert state.get(reprompt_key("size")) is False
+        assert ctx.reprompts == ()
+        assert ctx.postures == (ASK_SIZE,)
+
+
+@pytest.mark.anyio
+async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
+    state = State()
+    name_count = Count("name_entered")
+    over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(booking(name_enter=run(name_count.resolver)), [over]))
+        await session.wait_idle()
+        state.set("turn:over", True)
+        await session.user_turn("again")
+        await session.wait_idle()
+        assert name_count.calls == 1
+        ctx = await session.user_turn("ok")
+        await session.wait_idle()
+        assert name_count.calls == 2
+        assert runner.main.active_steps == ["name"]
+        assert ctx.postures == (ASK_NAME,)
+
+
+@pytest.mark.anyio
+async def test_restart_lets_known_facts_complete_their_steps_but_forgets_tool_calls() -> None:
+    state = State()
+    over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(booking(), [over]))
+        state.update({"name": "Ann", "size": 2})
+        await session.user_turn("Ann, two")
+        await session.tool_ok("book_table")
+        assert runner.main.is_complete
+        assert session.refusal("book_table") is not None  # once()
+        state.set("turn:over", True)
+        await session.user_turn("actually, start over")
+        ctx = await session.user_turn("go")
+        assert runner.main.done_steps == ["name", "size"]
+        assert runner.main.active_steps == ["book"]
+        assert not runner.main.is_complete
+        assert session.refusal("book_table") is None
+        assert ctx.tools == ("book_table",)
+
+
+# -- resume="terminate" ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_after() -> None:
+    state = State()
+    cancel = Digression(
+        "cancel", is_true("turn:cancel"), instant("bye", "Confirm the cancellation."), "terminate"
+    )
+    faq = Digression("faq", is_true("turn:faq"), side("faq"))
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(booking(), [cancel, faq]))
+        state.set("name", "Ann")
+        await session.user_turn("Ann")
+        state.set("turn:cancel", True)
+        ctx = await session.user_turn("cancel everything")
+        reason = ended("cancel")
+        assert ctx.postures == ("Confirm the cancellation.",)
+        assert state.get(TERMINATED_KEY) is True
+        assert state.get(OVERLAY_KEY) == "cancel"
+        assert runner.is_terminated
+        assert runner.terminated == "cancel"
+        assert runner.is_complete
+        assert ctx.tools == ()
+        assert ctx.refused == dict.fromkeys(TOOLS, reason)
+        assert ctx.reprompts == ()
+        assert ctx.unmet == ()
+        for tool in TOOLS:
+            assert session.refusal(tool) == reason
+            assert runner.admit(tool) == Admission(tool, False, reason)
+            assert runner.why_blocked(tool) == reason
+        assert runner.history == [(2, "cancel", "entered"), (2, "cancel", "terminated")]
+
+        await session.tool_ok("book_table")  # ignored: nothing is governed any more
+        assert runner.main.marking.tools_ok == {}
+        assert runner.current.marking.tools_ok == {}
+
+        state.update({"size": 3, "turn:faq": True})
+        ctx = await session.user_turn("wait, a question")
+        assert ctx.postures == ()
+        assert ctx.grounds == ()
+        assert ctx.unmet == ()
+        assert ctx.reprompts == ()
+        assert ctx.tools == ()
+        assert ctx.refused == dict.fromkeys(TOOLS, reason)
+        assert ctx.voice_timing is None
+        assert runner.active_steps == []
+        assert runner.unmet_requirements() == []
+        assert runner.main.unmet_requirements() == ["book"]  # what the call never finished
+        assert runner.main.active_steps == ["size"]  # frozen where it was
+        assert runner.overlay is None
+        assert state.get(OVERLAY_KEY) is None
+        assert state.get(TERMINATED_KEY) is True
+        assert runner.history == [(2, "cancel", "entered"), (2, "cancel", "terminated")]
+        assert repr(runner) == "<StackRunner 'booking' terminated by 'cancel'>"
+        runner.on_tool_ok("transfer")
+        assert runner.main.marking.tools_ok == {}
+
+
+@pytest.mark.anyio
+async def test_terminate_in_observe_mode_admits_every_tool_with_a_violation() -> None:
+    state = State()
+    cancel = Digression("cancel", is_true("turn:stop"), instant("bye", "Bye."), "terminate")
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(booking(), [cancel]), enforcement="observe")
+        assert runner.enforcement is Enforcement.OBSERVE
+        state.set("turn:stop", True)
+        ctx = await session.user_turn("stop")
+        assert ctx.refused == {}
+        assert ctx.tools == tuple(TOOLS)
+        for tool in TOOLS:
+            assert session.refusal(tool) is None
+            assert runner.admit(tool) == Admission(tool, True, ended("cancel"), violation=True)
+            assert runner.why_blocked(tool) == ended("cancel")
+
+
+# -- one level deep, order, same-turn triggers ----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_digressions_are_one_level_deep() -> None:
+    state = State()
+    faq = Digression("faq", is_true("turn:faq"), side("faq"))
+    cancel = Digression("cancel", is_true("cancel"), instant("cancel", "Bye."), "terminate")
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(booking(), [faq, cancel]))
+        state.set("turn:faq", True)
+        await session.user_turn("question")
+        state.set("cancel", True)  # would start "cancel", but "faq" has the floor
+        ctx = await session.user_turn("actually cancel")
+        assert runner.overlay == "faq"
+        assert not runner.is_terminated
+        assert ctx.postures == ("Answer the faq question.",)
+        state.set("turn:faq", True)  # its own trigger again: nothing restarts
+        await session.user_turn("faq again")
+        assert runner.history == [(1, "faq", "entered")]
+        state.set("faq:answered", True)
+        await session.user_turn("thanks")
+        ctx = await session.user_turn("so")  # faq left; "cancel" still holds: it starts now
+        assert runner.is_terminated
+        assert ctx.postures == ("Bye.",)
+        assert runner.history == [
+            (1, "faq", "entered"),
+            (5, "faq", "resumed"),
+            (5, "cancel", "entered"),
+            (5, "cancel", "terminated"),
+        ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("order", [("alpha", "beta"), ("beta", "alpha")])
+async def test_the_first_matching_digression_in_order_wins(order: tuple[str, str]) -> None:
+    state = State()
+    digressions = [Digression(n, is_true("turn:both"), side(n)) for n in order]
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(booking(), digressions))
+        state.set("turn:both", True)
+        ctx = await session.user_turn("x")
+        assert runner.overlay == order[0]
+        assert ctx.postures == (f"Answer the {order[0]} question.",)
+        assert runner.history == [(1, order[0], "entered")]
+        assert state.get(f"flow:{order[1]}:active") is None  # never started
+
+
+@pytest.mark.anyio
+async def test_a_digression_starting_on_the_turn_main_would_escalate_holds_main_back() -> None:
+    state = State()
+    main = Flow(
+        "main",
+        [
+            Step(
+                "ask",
+                done=is_set("size"),
+                posture="Ask the size.",
+                repair=RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human"),
+            ),
+            Step("next", after=["ask"], terminal=True, posture="Next."),
+            Step("human", terminal=True, posture="Hand over to a person."),
+        ],
+    )
+    hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(main, [hours]))
+        ctx = await session.user_turn("uh")
+        assert ctx.reprompts == (DEFAULT_REPROMPT,)
+        state.set("turn:hours", True)
+        ctx = await session.user_turn("when do you open?")  # main's second stuck turn ...
+        assert runner.overlay == "hours"
+        assert ctx.postures == ("We open at nine.",)
+        assert ctx.reprompts == ()
+        assert runner.main.active_steps == ["ask"]  # ... is not counted: no escalation
+        assert not state.contains(escalate_key("ask"))
+        ctx = await session.user_turn("uh")  # back in main: this turn counts, it escalates
+        assert runner.main.done_steps == ["ask", "human"]
+        assert state.get(escalate_key("ask")) is True
+        assert ctx.postures == ("Hand over to a person.",)
+
+
+@pytest.mark.anyio
+async def test_a_write_that_advances_main_before_the_trigger_is_kept() -> None:
+    # The main flow reacts to writes the moment they land; a digression suspends it only at
+    # the turn, so what was written before that turn has already moved it.
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(stack)
+        state.update({"name": "Ann", "turn:faq": True})
+        ctx = await session.user_turn("Ann here, quick question")
+        assert runner.overlay == "faq"
+        assert runner.main.done_steps == ["name"]
+        assert runner.main.active_steps == ["size"]
+        assert ctx.postures == ("Answer the faq question.",)
+
+
+@pytest.mark.anyio
+async def test_a_digression_complete_on_its_entry_turn_is_spoken_for_that_turn() -> None:
+    state = State()
+    hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(booking(), [hours]))
+        state.set("turn:hours", True)
+        ctx = await session.user_turn("when do you open?")
+        assert runner.overlay == "hours"
+        assert runner.current.is_complete
+        assert ctx.postures == ("We open at nine.",)
+        assert ctx.lines[0] == "We open at nine."
+        assert not runner.is_complete  # the main flow is not
+        ctx = await session.user_turn("thanks")
+        assert runner.overlay is None
+        assert ctx.postures == (ASK_NAME,)
+        assert runner.history == [(1, "hours", "entered"), (2, "hours", "resumed")]
+
+
+@pytest.mark.anyio
+async def test_the_same_digression_entered_twice_gets_a_fresh_runner() -> None:
+    state = State()
+    asked = Count("faq_opened")
+    faq = side("faq", on_enter=run(asked.resolver), done_key="turn:answered")
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:q"), faq)]))
+        state.set("turn:q", True)
+        await session.user_turn("question")
+        await session.wait_idle()
+        first = runner.current
+        assert asked.calls == 1
+        state.set("turn:answered", True)
+        await session.user_turn("got it")
+        assert state.get("flow:faq:done") == ["q", "close"]
+        await session.user_turn("back")
+        assert first.closed
+        state.set("turn:q", True)
+        ctx = await session.user_turn("another question")
+        await session.wait_idle()
+        second = runner.current
+        assert second is not first
+        assert not second.closed
+        assert asked.calls == 2
+        assert second.active_steps == ["q"]
+        assert state.get("flow:faq:done") == []
+        assert ctx.postures == ("Answer the faq question.",)
+        assert [h[2] for h in runner.history] == ["entered", "resumed", "entered"]
+
+
+@pytest.mark.anyio
+async def test_a_stack_runner_driven_by_hand_without_a_session() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
+    with StackRunner(stack, state) as runner:
+        assert runner.name == "booking"
+        assert repr(runner) == "<StackRunner 'booking' main>"
+        state.set("intent:faq", True)
+        await runner.on_turn()
+        assert repr(runner) == "<StackRunner 'booking' in 'faq'>"
+        assert runner.postures() == ["Answer the faq question."]
+        assert runner.verdict("q") is Verdict.ACTIVE
+        assert runner.explain().flow == "faq"
+        state.update({"faq:answered": True, "intent:faq": False})
+        await runner.on_turn()
+        assert runner.postures() == ["Close the faq detour."]
+        await runner.on_turn()
+        assert runner.overlay is None
+        assert runner.postures() == [ASK_NAME]
+        assert runner.turns == 3
+    assert runner.closed
+    assert runner.main.closed
+    with pytest.raises(FlowError, match="flow stack 'booking' is closed"):
+        await runner.on_turn()
+
+
+@pytest.mark.anyio
+async def test_a_stack_without_session_refuses_on_enter_digressions_up_front() -> None:
+    state = State()
+    faq = side("faq", on_enter=run(Count("x").resolver))
+    stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), faq)])
+    with pytest.raises(FlowError, match="on_enter"):
+        StackRunner(stack, state)
+
+
+@pytest.mark.anyio
+async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marking(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(state: State, marking: Any) -> bool:
+        raise RuntimeError("trigger bug")
+
+    state = State()
+    digressions = [
+        Digression("broken", custom(broken, ["turn:faq"]), instant("broken", "Never said.")),
+        # Starts only once the main flow has the caller's name.
+        Digression("faq", all_(done("name"), is_true("turn:faq")), side("faq")),
+    ]
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(FlowStack(booking(), digressions))
+        state.set("turn:faq", True)
+        with caplog.at_level("ERROR", logger="slateflow.flow"):
+            ctx = await session.user_turn("question first")
+        assert runner.overlay is None
+        assert ctx.postures == (ASK_NAME,)
+        assert [r.getMessage() for r in caplog.records] == [
+            "flow stack 'booking': the trigger of 'broken' raised"
+        ]
+        state.update({"name": "Ann", "turn:faq": True})
+        ctx = await session.user_turn("Ann; a question")
+        assert runner.overlay == "faq"
+        assert ctx.postures == ("Answer the faq question.",)
+        assert runner.history == [(2, "faq", "entered")]
+
+
+@pytest.mark.anyio
+async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() -> None:
+    state = State()
+    stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(stack)
+        state.update({"name": "Ann", "size": 2})
+        await session.user_turn("Ann, two")
+        assert runner.main.active_steps == ["book"]
+        state.set("turn:faq", True)
+        await session.user_turn("hours?")
+        await session.tool_ok("book_table")
+        assert runner.main.marking.tools_ok == {"book_table": 1}  # counted ...
+        assert runner.main.active_steps == ["book"]  # ... but not acted on while suspended
+        assert runner.current.marking.tools_ok == {"book_table": 1}
+        state.set("faq:answered", True)
+        await session.user_turn("thanks")
+        assert not runner.is_complete  # the digression still speaks
+        ctx = await session.user_turn("bye")
+        assert runner.main.done_steps == ["name", "size", "book", "bye"]
+        assert runner.is_complete
+        assert ctx.postures == (BYE,)
+        assert ctx.unmet == ()
+
+
+@pytest.mark.anyio
+async def test_observe_mode_reports_a_main_constraint_breach_during_a_digression() -> None:
+    state = State()
+    hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
+    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
+        runner = session.run_flow(FlowStack(booking(), [hours]), enforcement="observe")
+        await session.tool_ok("book_table")
+        state.set("turn:hours", True)
+        await session.user_turn("when do you open?")
+        reason = runner.why_blocked("book_table")
+        assert reason == (
+            "'book_table' has already run and may run only once in this conversation. "
+            "Do not call it again."
+        )
+        assert runner.admit("book_table") == Admission("book_table", True, reason, violation=True)
+
+
+# -- definitions ----------------------------------------------------------------------------------
+
+
+def _dup_in_builder() -> Any:
+    return (
+        FlowStack(booking())
+        .digression("faq", when=is_true("a"), flow=side("faq"))
+        .digression("faq", when=is_true("b"), flow=side("other"))
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        pytest.param(_dup_in_builder, "digression 'faq' is defined twice", id="dup-builder"),
+        pytest.param(
+            lambda: FlowStack(
+                booking(),
+                [
+                    Digression("faq", is_true("a"), side("faq")),
+                    Digression("faq", is_true("b"), side("other")),
+                ],
+            ),
+            "digression 'faq' is defined twice",
+            id="dup-list",
+        ),
+        pytest.param(
+            lambda: FlowStack(booking(), [Digression("d", is_true("a"), side("booking"))]),
+            "digression 'd': its flow is named 'booking' like another flow of the stack",
+            id="flow-named-like-main",
+        ),
+        pytest.param(
+            lambda: FlowStack(
+                booking(),
+                [
+                    Digression("d1", is_true("a"), side("faq")),
+                    Digression("d2", is_true("b"), side("faq")),
+                ],
+            ),
+            "digression 'd2': its flow is named 'faq' like another flow of the stack",
+            id="flow-named-like-another-digression",
+        ),
+        pytest.param(
+            lambda: Digression("d", is_true("a"), side("faq"), "later"),  # type: ignore[arg-type]
+            "digression 'd': resume must be one of ['previous', 'restart', 'terminate'], "
+            "got 'later'",
+            id="bad-resume",
+        ),
+        pytest.param(
+            lambda: Digression("d", "intent:faq", side("faq")),  # type: ignore[arg-type]
+            "digression 'd': when takes a guard, got 'intent:faq'",
+            id="string-trigger",
+        ),
+        pytest.param(
+            lambda: Digression("d", lambda s, m: True, side("faq")),  # type: ignore[arg-type]
+            "digression 'd': when takes a guard",
+            id="callable-trigger",
+        ),
+        pytest.param(
+            lambda: Digression("d", is_true("a"), "faq"),  # type: ignore[arg-type]
+            "digression 'd': flow takes a Flow, got 'faq'",
+            id="flow-not-a-flow",
+        ),
+        pytest.param(
+            lambda: Digression("", is_true("a"), side("faq")),
+            "a digression name is a non-empty string, got ''",
+            id="empty-name",
+        ),
+        pytest.param(
+            lambda: FlowStack(booking(), ["faq"]),  # type: ignore[list-item]
+            "FlowStack takes Digression objects, got 'faq'",
+            id="not-a-digression",
+        ),
+        pytest.param(
+            lambda: FlowStack(side("x")).digression(
+                "d", when=is_true("a"), flow=side("y"), resume="sideways"  # type: ignore[arg-type]
+            ),
+            "resume must be one of",
+            id="bad-resume-builder",
+        ),
+    ],
+)
+def test_stack_definition_errors_name_the_problem(make: Any, message: str) -> None:
+    with pytest.raises(FlowDefinitionError) as raised:
+        make()
+    assert message in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_a_digression_flow_with_problems_is_reported_when_the_stack_starts() -> None:
+    bad = Flow("bad", [Step("a", after=["nowhere"], done=is_true("a"))])
+    stack = FlowStack(booking(), [Digression("bad", is_true("x"), bad)])
+    assert repr(stack) == "<FlowStack 'booking' + [bad]>"
+    async with Session(State(), clock=ManualClock()) as session:
+        with pytest.raises(FlowDefinitionError) as raised:
+            session.run_flow(stack)
+    assert "flow 'bad' has 1 problem(s)" in str(raised.value)
+    assert "step 'a' comes after unknown step 'nowhere'" in str(raised.value)
+
+
+# -- repair ---------------------------------------------------------------------------------------
+
+
+def asking(policy: RepairPolicy, *, timing: VoiceTiming | None = None) -> Flow:
+    """ask (repair ``policy``) -> confirm -> finish; with ``escalate_to="human"``, a step
+    ``human`` (no ``after``) reached only by escalation."""
+    steps = [
+        Step("ask", done=is_set("size"), posture="Ask the size.", repair=policy, timing=timing),
+        Step("confirm", after=["ask"], done=is_true("confirmed"), posture="Confirm."),
+        Step("finish", after=["confirm"], terminal=True, posture="Finish."),
+    ]
+    if policy.escalate_to == "human":
+        steps.append(Step("human", done=is_true("handed"), posture="Hand over to a person."))
+    return Flow("intake", steps, constraints=[require("ask")])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("after", [1, 2, 3])
+async def test_reprompt_after_n_turns_stuck(after: int) -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(asking(RepairPolicy(reprompt_after=after, escalate_after=9)))
+        seen = []
+        for _ in range(4):
+            ctx = await session.user_turn("um")
+            seen.append((state.get(reprompt_key("ask")), ctx.reprompts))
+        # The key is written when it first rises (absent before).
+        want = [
+            (True, (DEFAULT_REPROMPT,)) if n >= after else (None, ()) for n in range(1, 5)
+        ]
+        assert seen == want
+        assert not state.contains(escalate_key("ask"))
+        assert runner.active_steps == ["ask"]
+
+
+@pytest.mark.anyio
+async def test_the_reprompt_line_is_the_steps_own_timing_text() -> None:
+    state = State()
+    timing = VoiceTiming(reprompt="Ask again: how many people?")
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
+        ctx = await session.user_turn("um")
+        assert ctx.reprompts == ("Ask again: how many people?",)
+        assert ctx.lines == (
+            "Ask the size.",
+            "Ask again: how many people?",
+            "Before finishing, these still need to happen: ask.",
+            "Tools you may call now: none.",
+        )
+
+
+@pytest.mark.anyio
+async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor() -> None:
+    state = State()
+    policy = RepairPolicy(reprompt_after=1, escalate_after=3, escalate_to="human", flag="help")
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(asking(policy))
+        assert runner.active_steps == ["ask"]  # the target has no after: not started with it
+        assert runner.verdict("human") is Verdict.PENDING
+        for _ in range(2):
+            await session.user_turn("um")
+            assert runner.active_steps == ["ask"]
+            assert state.get(reprompt_key("ask")) is True
+            assert not state.contains(escalate_key("ask"))
+            assert not state.contains("help")
+        ctx = await session.user_turn("um")
+        assert runner.done_steps == ["ask"]
+        assert runner.active_steps == ["human"]
+        assert state.get(escalate_key("ask")) is True
+        assert state.get("help") is True
+        assert state.get(reprompt_key("ask")) is False
+        assert ctx.postures == ("Hand over to a person.",)
+        assert ctx.reprompts == ()
+        assert runner.verdict("confirm") is Verdict.PENDING
+        # The fact arriving late does not send the flow down the normal path.
+        state.set("size", 4)
+        await session.user_turn("oh, four")
+        assert runner.active_steps == ["human"]
+        assert runner.done_steps == ["ask"]
+        assert state.get("flow:intake:active") == ["human"]
+
+
+@pytest.mark.anyio
+async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        policy = RepairPolicy(reprompt_after=1, escalate_after=2, flag="help")
+        runner = session.run_flow(asking(policy))
+        await session.user_turn("um")
+        ctx = await session.user_turn("um")
+        assert runner.active_steps == ["ask"]
+        assert state.get(escalate_key("ask")) is True
+        assert state.get("help") is True
+        assert ctx.reprompts == (DEFAULT_REPROMPT,)
+        state.set("size", 2)
+        ctx = await session.user_turn("two")
+        assert runner.active_steps == ["confirm"]
+        assert state.get(reprompt_key("ask")) is False
+        assert ctx.reprompts == ()
+        # The escalation stays on record once the step completes (only leaving without
+        # completing, a reset or a restart clears it).
+        assert state.get(escalate_key("ask")) is True
+        assert state.get("help") is True
+
+
+@pytest.mark.anyio
+async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        policy = RepairPolicy(reprompt_after=2, escalate_after=2, escalate_to="human")
+        runner = session.run_flow(asking(policy))
+        await session.user_turn("um")
+        for i in range(4):
+            await session.tool_ok("lookup")
+            state.set("noise", i)
+            runner.advance()
+        assert not state.contains(reprompt_key("ask"))
+        assert runner.active_steps == ["ask"]
+        await session.user_turn("um")
+        assert state.get(escalate_key("ask")) is True
+        assert runner.active_steps == ["human"]
+
+
+@pytest.mark.anyio
+async def test_the_reprompt_key_goes_false_when_the_step_completes() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(asking(RepairPolicy(reprompt_after=1, escalate_after=5)))
+        await session.user_turn("um")
+        assert state.get(reprompt_key("ask")) is True
+        state.set("size", 3)  # completes at once, between turns
+        assert runner.active_steps == ["confirm"]
+        assert state.get(reprompt_key("ask")) is False
+        ctx = await session.user_turn("three")
+        assert ctx.reprompts == ()
+        assert not state.contains(escalate_key("ask"))
+
+
+@pytest.mark.anyio
+async def test_repair_keys_go_false_when_the_step_leaves_without_completing() -> None:
+    state = State()
+    flow = Flow(
+        "gated",
+        [
+            Step(
+                "ask",
+                gate=is_true("open"),
+                done=is_set("size"),
+                repair=RepairPolicy(reprompt_after=1, escalate_after=2, flag="help"),
+            )
+        ],
+    )
+    state.set("open", True)
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(flow)
+        await session.user_turn("um")
+        await session.user_turn("um")
+        assert (state.get(reprompt_key("ask")), state.get(escalate_key("ask"))) == (True, True)
+        assert state.get("help") is True
+        state.set("open", False)
+        assert runner.active_steps == []
+        assert state.get(reprompt_key("ask")) is False
+        await session.user_turn("hello?")
+        assert state.get(escalate_key("ask")) is False
+        assert state.get("help") is False
+        state.set("open", True)  # back: counted from zero
+        await session.user_turn("um")
+        assert state.get(reprompt_key("ask")) is True
+        assert state.get(escalate_key("ask")) is False
+
+
+@pytest.mark.anyio
+async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
+    state = State()
+    flow = Flow(
+        "intake",
+        [
+            Step(
+                "ask",
+                done=is_set("size"),
+                repair=RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human"),
+            ),
+            Step("confirm", after=["ask"], done=is_true("confirmed")),
+            Step("human", done=is_true("handed")),
+        ],
+        constraints=[reset("ask").when(is_true("retry"))],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(flow)
+        await session.user_turn("um")
+        await session.user_turn("um")
+        assert runner.done_steps == ["ask"]
+        assert runner.active_steps == ["human"]
+        assert state.get(escalate_key("ask")) is True
+        state.set("retry", True)
+        # Re-opened (and the target with it); the escalation does not complete it again.
+        assert runner.active_steps == ["ask"]
+        assert runner.done_steps == []
+        assert state.get(escalate_key("ask")) is False
+        assert state.get(reprompt_key("ask")) is False
+        await session.user_turn("um")
+        assert state.get(reprompt_key("ask")) is True
+        assert state.get(escalate_key("ask")) is False
+        state.set("size", 2)  # now the normal successor is open
+        assert runner.active_steps == ["confirm"]
+
+
+@pytest.mark.anyio
+async def test_a_reset_of_a_stuck_step_before_escalation_clears_its_reprompt() -> None:
+    state = State()
+    flow = Flow(
+        "intake",
+        [Step("ask", done=is_set("size"), repair=RepairPolicy(reprompt_after=2, escalate_after=3))],
+        constraints=[reset("ask").when(is_true("retry"))],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(flow)
+        await session.user_turn("um")
+        await session.user_turn("um")
+        assert state.get(reprompt_key("ask")) is True
+        state.set("retry", True)
+        assert runner.active_steps == ["ask"]
+        assert state.get(reprompt_key("ask")) is False
+        await session.user_turn("um")  # one turn since the reset
+        assert state.get(reprompt_key("ask")) is False
+        await session.user_turn("um")
+        assert state.get(reprompt_key("ask")) is True
+        await session.user_turn("um")  # three turns since the reset (five in all)
+        assert state.get(escalate_key("ask")) is True
+
+
+@pytest.mark.anyio
+async def test_two_stuck_steps_each_get_their_reprompt_in_flow_order() -> None:
+    state = State()
+    flow = Flow(
+        "parallel",
+        [
+            Step(
+                "a",
+                done=is_set("a"),
+                repair=RepairPolicy(reprompt_after=1),
+                timing=VoiceTiming(reprompt="Ask A again."),
+            ),
+            Step("b", done=is_set("b"), repair=RepairPolicy(reprompt_after=2)),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(flow)
+        ctx = await session.user_turn("um")
+        assert ctx.reprompts == ("Ask A again.",)
+        ctx = await session.user_turn("um")
+        assert ctx.reprompts == ("Ask A again.", DEFAULT_REPROMPT)
+
+
+@pytest.mark.anyio
+async def test_escalations_chain_and_a_target_does_not_count_its_entry_turn() -> None:
+    state = State()
+    flow = Flow(
+        "chain",
+        [
+            Step(
+                "ask",
+                done=is_set("size"),
+                repair=RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human"),
+            ),
+            Step("confirm", after=["ask"], done=is_true("confirmed")),
+            Step(
+                "human",
+                done=is_true("handed"),
+                posture="Hand over.",
+                repair=RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="voicemail"),
+            ),
+            Step("voicemail", terminal=True, posture="Offer voicemail."),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(flow)
+        assert runner.active_steps == ["ask"]
+        await session.user_turn("um")
+        ctx = await session.user_turn("um")
+        assert runner.active_steps == ["human"]
+        assert not state.contains(reprompt_key("human"))  # entered by escalation this turn
+        assert ctx.reprompts == ()
+        ctx = await session.user_turn("hello?")
+        assert state.get(reprompt_key("human")) is True
+        assert ctx.reprompts == (DEFAULT_REPROMPT,)
+        ctx = await session.user_turn("hello??")
+        assert runner.done_steps == ["ask", "human", "voicemail"]
+        assert runner.is_complete
+        assert ctx.postures == ("Offer voicemail.",)
+        assert state.get(escalate_key("ask")) is True
+        assert state.get(escalate_key("human")) is True
+        assert state.get(reprompt_key("human")) is False
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answered", [True, False])
+async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered: bool) -> None:
+    state = State()
+    policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="confirm")
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(asking(policy))
+        await session.user_turn("um")
+        if answered:
+            state.set("size", 2)
+        await session.user_turn("two" if answered else "um")
+        assert runner.done_steps == ["ask"]
+        assert runner.active_steps == ["confirm"]
+        assert state.get(escalate_key("ask"), False) is not answered
+
+
+@pytest.mark.anyio
+async def test_the_turn_a_step_is_entered_on_is_not_a_stuck_turn() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(
+            booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=2))
+        )
+        # The extractor hears the name during the turn: that turn enters the size step.
+        session.add_extractor(
+            Extract("who").field_to("name", "name", regex(r"I'm (\w+)", group=1)).build()
+        )
+        ctx = await session.user_turn("I'm Ann")
+        assert runner.active_steps == ["size"]
+        assert ctx.postures == (ASK_SIZE,)
+        assert ctx.reprompts == ()
+        assert not state.contains(reprompt_key("size"))
+        ctx = await session.user_turn("um")  # asked once, not answered
+        assert ctx.reprompts == (DEFAULT_REPROMPT,)
+        assert not state.contains(escalate_key("size"))
+
+
+def test_a_flow_runner_counts_repair_only_on_turns() -> None:
+    state = State()
+
+    async def body() -> None:
+        policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human")
+        with FlowRunner(asking(policy), state) as runner:
+            runner.on_tool_ok("x")
+            runner.advance()
+            assert runner.reprompts() == []
+            await runner.on_turn()
+            assert runner.reprompts() == [DEFAULT_REPROMPT]
+            assert state.get(reprompt_key("ask")) is True
+            await runner.on_turn()
+            assert runner.active_steps == ["human"]
+            assert runner.reprompts() == []
+
+    anyio.run(body)
+
+
+def test_repair_definition_errors() -> None:
+    with pytest.raises(FlowDefinitionError) as raised:
+        Flow(
+            "f", [Step("a", done=is_true("a"), repair=RepairPolicy(escalate_to="nowhere"))]
+        ).build()
+    assert "step 'a' escalates to unknown step 'nowhere'" in str(raised.value)
+    with pytest.raises(FlowDefinitionError) as raised:
+        Step("a", done=is_true("a"), repair=RepairPolicy(escalate_to="a"))
+    assert str(raised.value) == "step 'a': repair cannot escalate to the step itself"
+    with pytest.raises(ValidationError) as invalid:
+        RepairPolicy(reprompt_after=3, escalate_after=2)
+    assert "escalate_after (2) must be >= reprompt_after (3)" in str(invalid.value)
+    with pytest.raises(ValidationError):
+        RepairPolicy(reprompt_after=0)
+    with pytest.raises(ValidationError):
+        RepairPolicy(unknown=1)  # type: ignore[call-arg]
+    assert RepairPolicy(reprompt_after=2, escalate_after=2).escalate_after == 2
+
+
+@pytest.mark.anyio
+async def test_an_unknown_escalation_target_is_reported_when_the_flow_starts() -> None:
+    flow = Flow("f", [Step("a", done=is_true("a"), repair=RepairPolicy(escalate_to="ghost"))])
+    async with Session(State(), clock=ManualClock()) as session:
+        with pytest.raises(FlowDefinitionError, match="escalates to unknown step 'ghost'"):
+            session.run_flow(flow)
+
+
+# -- voice timing ---------------------------------------------------------------------------------
+
+
+VT = VoiceTiming
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "merged"),
+    [
+        (VT(), VT(), VT()),
+        (VT(reprompt_after_ms=8000), VT(reprompt_after_ms=5000), VT(reprompt_after_ms=5000)),
+        (VT(reprompt_after_ms=5000), VT(reprompt_after_ms=8000), VT(reprompt_after_ms=5000)),
+        (VT(reprompt_after_ms=0), VT(reprompt_after_ms=10), VT(reprompt_after_ms=0)),
+        (VT(), VT(reprompt_after_ms=7000), VT(reprompt_after_ms=7000)),
+        (VT(filler_after_ms=900), VT(filler_after_ms=300), VT(filler_after_ms=300)),
+        (VT(filler_after_ms=900), VT(), VT(filler_after_ms=900)),
+        (VT(end_of_speech_ms=400), VT(end_of_speech_ms=900), VT(end_of_speech_ms=900)),
+        (VT(end_of_speech_ms=900), VT(end_of_speech_ms=400), VT(end_of_speech_ms=900)),
+        (VT(), VT(end_of_speech_ms=400), VT(end_of_speech_ms=400)),
+        (VT(interruptible=True), VT(interruptible=False), VT(interruptible=False)),
+        (VT(interruptible=False), VT(interruptible=True), VT(interruptible=False)),
+        (VT(interruptible=False), VT(), VT(interruptible=False)),
+        (VT(), VT(interruptible=False), VT(interruptible=False)),
+        (VT(interruptible=True), VT(), VT(interruptible=True)),
+        (VT(), VT(interruptible=True), VT(interruptible=True)),
+        (VT(interruptible=True), VT(interruptible=True), VT(interruptible=True)),
+        (VT(reprompt="mine"), VT(reprompt="theirs"), VT(reprompt="mine")),
+        (VT(), VT(reprompt="theirs"), VT(reprompt="theirs")),
+        (VT(reprompt=""), VT(reprompt="theirs"), VT(reprompt="")),
+        (
+            VT(
+                reprompt_after_ms=6000,
+                filler_after_ms=200,
+                interruptible=True,
+                end_of_speech_ms=500,
+            ),
+            VT(reprompt_after_ms=4000, filler_after_ms=800, interruptible=False, reprompt="x"),
+            VT(
+                reprompt_after_ms=4000,
+                reprompt="x",
+                filler_after_ms=200,
+                interruptible=False,
+                end_of_speech_ms=500,
+            ),
+        ),
+    ],
+)
+def test_voice_timing_merge_takes_the_most_cautious_of_each_field(
+    a: VoiceTiming, b: VoiceTiming, merged: VoiceTiming
+) -> None:
+    assert a.merge(b) == merged
+    assert a.merge(b).holds_floor is (merged.interruptible is False)
+
+
+timings = st.builds(
+    VoiceTiming,
+    reprompt_after_ms=st.none() | st.integers(0, 20_000),
+    reprompt=st.none() | st.text(max_size=5),
+    filler_after_ms=st.none() | st.integers(0, 20_000),
+    interruptible=st.none() | st.booleans(),
+    end_of_speech_ms=st.none() | st.integers(0, 20_000),
+)
+
+
+@settings(deadline=None, max_examples=150)
+@given(timings, timings, timings)
+def test_voice_timing_merge_is_associative_and_commutative_apart_from_the_text(
+    a: VoiceTiming, b: VoiceTiming, c: VoiceTiming
+) -> None:
+    assert a.merge(b).merge(c) == a.merge(b.merge(c))
+    assert a.merge(b).model_copy(update={"reprompt": None}) == b.merge(a).model_copy(
+        update={"reprompt": None}
+    )
+    assert a.merge(VoiceTiming()) == a
+    assert VoiceTiming().merge(a) == a
+    assert a.merge(a) == a
+    assert VoiceTiming.model_validate(a.model_dump(mode="json")) == a
+    assert VoiceTiming.model_validate_json(a.model_dump_json()) == a
+
+
+def test_voice_timing_json_round_trip_and_validation() -> None:
+    timing = VT(reprompt_after_ms=6000, reprompt="Again?", interruptible=False)
+    data = timing.model_dump(mode="json", exclude_none=True)
+    assert data == {"reprompt_after_ms": 6000, "reprompt": "Again?", "interruptible": False}
+    assert VoiceTiming.model_validate(data) == timing
+    assert VoiceTiming.model_validate_json(timing.model_dump_json()) == timing
+    assert timing.model_dump() == {
+        "reprompt_after_ms": 6000,
+        "reprompt": "Again?",
+        "filler_after_ms": None,
+        "interruptible": False,
+        "end_of_speech_ms": None,
+    }
+    assert timing.reprompt_text == "Again?"
+    assert VT().reprompt_text == DEFAULT_REPROMPT
+    assert VT().is_empty
+    assert not timing.is_empty
+    assert timing.holds_floor
+    assert not VT(interruptible=None).holds_floor
+    for bad in (
+        {"reprompt_after_ms": -1},
+        {"filler_after_ms": -5},
+        {"end_of_speech_ms": -1},
+        {"pause_ms": 3},
+    ):
+        with pytest.raises(ValidationError):
+            VoiceTiming.model_validate(bad)
+    with pytest.raises(ValidationError):
+        timing.reprompt = "changed"  # type: ignore[misc]
+
+
+def timed_main() -> Flow:
+    return Flow(
+        "main",
+        [
+            Step(
+                "greet",
+                done=is_true("greeted"),
+                timing=VT(end_of_speech_ms=700, reprompt_after_ms=8000),
+            ),
+            Step(
+                "consent",
+                done=is_true("consented"),
+                timing=VT(interruptible=False, end_of_speech_ms=400, reprompt_after_ms=5000),
+            ),
+            Step("plain", after=["greet", "consent"], done=is_true("plain")),
+            Step("slow", after=["plain"], done=is_true("slow"), timing=VT(filler_after_ms=1500)),
+        ],
+    )
+
+
+@pytest.mark.anyio
+async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None:
+    state = State()
+    faq = Flow(
+        "faq",
+        [
+            Step("q", done=is_true("faq:done"), timing=VT(reprompt_after_ms=3000)),
+            Step("end", after=["q"], terminal=True),
+        ],
+    )
+    bye = Flow("bye", [Step("x", terminal=True, posture="Bye.")])
+    stack = FlowStack(
+        timed_main(),
+        [
+            Digression("faq", is_true("turn:faq"), faq),
+            Digression("bye", is_true("turn:bye"), bye, "terminate"),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(stack)
+        ctx = await session.user_turn("hello")
+        both = {"reprompt_after_ms": 5000, "interruptible": False, "end_of_speech_ms": 700}
+        assert state.get(VOICE_TIMING_KEY) == both
+        assert ctx.voice_timing == both
+        assert runner.voice_timing() == VT(
+            reprompt_after_ms=5000, interruptible=False, end_of_speech_ms=700
+        )
+        state.set("consented", True)
+        ctx = await session.user_turn("yes")
+        assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
+        state.set("turn:faq", True)
+        ctx = await session.user_turn("question")
+        assert ctx.voice_timing == {"reprompt_after_ms": 3000}
+        assert state.get(VOICE_TIMING_KEY) == {"reprompt_after_ms": 3000}
+        state.set("faq:done", True)
+        ctx = await session.user_turn("thanks")  # closing turn: nothing active in faq
+        assert ctx.voice_timing is None
+        assert not state.contains(VOICE_TIMING_KEY)
+        ctx = await session.user_turn("back")
+        assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
+        state.set("greeted", True)
+        ctx = await session.user_turn("hi")
+        assert runner.active_steps == ["plain"]  # no timing on it: the key goes
+        assert ctx.voice_timing is None
+        assert not state.contains(VOICE_TIMING_KEY)
+        state.set("plain", True)
+        ctx = await session.user_turn("ok")
+        assert ctx.voice_timing == {"filler_after_ms": 1500}
+        state.set("turn:bye", True)
+        ctx = await session.user_turn("bye")
+        assert ctx.voice_timing is None
+        assert runner.voice_timing() is None
+        assert not state.contains(VOICE_TIMING_KEY)
+        await session.user_turn("still there?")
+        assert not state.contains(VOICE_TIMING_KEY)
+        assert session.context_now().voice_timing is None
+
+
+@pytest.mark.anyio
+async def test_timing_follows_a_step_change_between_turns() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(timed_main())
+        await session.user_turn("hello")
+        assert state.get(VOICE_TIMING_KEY)["interruptible"] is False
+        state.set("consented", True)  # no turn: the session re-publishes in a task
+        await settle()
+        assert state.get(VOICE_TIMING_KEY) == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
+
+
+@pytest.mark.anyio
+async def test_a_terminal_steps_timing_applies_while_its_closing_words_are_said() -> None:
+    state = State()
+    flow = Flow(
+        "call",
+        [
+            Step("ask", done=is_true("asked")),
+            Step(
+                "disclose",
+                after=["ask"],
+                terminal=True,
+                posture="Read the disclosure.",
+                timing=VT(interruptible=False),
+            ),
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(flow)
+        state.set("asked", True)
+        ctx = await session.user_turn("ok")
+        assert ctx.postures == ("Read the disclosure.",)
+        assert ctx.voice_timing == {"interruptible": False}
+
+
+# -- a property: a stuck step ends exactly one way ------------------------------------------------
+
+
+def stuck_model(
+    events: list[str], reprompt_after: int, escalate_after: int
+) -> list[tuple[bool, bool, str | None]]:
+    """After each turn: (ask active, reprompt key, outcome), per the repair semantics: a turn
+    counts for the step when it is still active at the end of the turn, except a turn a
+    digression has the floor (the main flow is suspended); tool calls are not turns."""
+    active, stuck, outcome = True, 0, None
+    seen: list[tuple[bool, bool, str | None]] = []
+    for event in events:
+        if event == "tool":
+            continue
+        if event == "answer" and active:
+            active, outcome = False, "normal"
+        if active and event != "detour":
+            stuck += 1
+            if stuck >= escalate_after:
+                active, outcome = False, "escalated"
+        seen.append((active, active and stuck >= reprompt_after, outcome))
+    return seen
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    events=st.lists(
+        st.sampled_from(["stuck", "answer", "tool", "detour"]), min_size=1, max_size=12
+    ),
+    reprompt_after=st.integers(1, 4),
+    extra=st.integers(0, 3),
+)
+@example(events=["stuck", "stuck", "answer"], reprompt_after=1, extra=1)  # escalated first
+@example(events=["stuck", "answer", "stuck"], reprompt_after=1, extra=1)  # answered in time
+@example(events=["tool"] * 6 + ["stuck"], reprompt_after=1, extra=0)  # tools are not turns
+@example(events=["stuck", "detour", "detour", "stuck"], reprompt_after=1, extra=1)
+def test_a_step_with_escalate_to_completes_normally_or_escalates_never_both(
+    events: list[str], reprompt_after: int, extra: int
+) -> None:
+    escalate_after = reprompt_after + extra
+    want = stuck_model(events, reprompt_after, escalate_after)
+
+    async def body() -> None:
+        state = State()
+        policy = RepairPolicy(
+            reprompt_after=reprompt_after, escalate_after=escalate_after, escalate_to="human"
+        )
+        detour = Digression("detour", is_true("turn:detour"), instant("detour", "Detour."))
+        async with Session(state, clock=ManualClock()) as session:
+            runner = session.run_flow(FlowStack(asking(policy), [detour]))
+            main = runner.main
+            got: list[tuple[bool, bool, str | None]] = []
+            for event in events:
+                if event == "tool":
+                    await session.tool_ok("lookup")
+                    continue
+                if event == "answer":
+                    state.set("size", 2)
+                elif event == "detour":
+                    state.set("turn:detour", True)
+                ctx = await session.user_turn(event)
+                assert (runner.overlay == "detour") is (event == "detour")
+                normal = "confirm" in main.active_steps or "confirm" in main.done_steps
+                escalated = "human" in main.active_steps
+                assert not (normal and escalated)
+                assert escalated is bool(state.get(escalate_key("ask"), False))
+                outcome = "normal" if normal else "escalated" if escalated else None
+                active = main.active_steps == ["ask"]
+                key = bool(state.get(reprompt_key("ask"), False))
+                # The digression speaks on its turn; otherwise the line follows the key.
+                assert ctx.reprompts == ((DEFAULT_REPROMPT,) if key and event != "detour" else ())
+                got.append((active, key, outcome))
+            assert got == want
+
+    for backend in ("asyncio", "trio"):
+        anyio.run(body, backend=backend)
