@@ -873,6 +873,15 @@ class FlowRunner:
         guards reading something other than the State)."""
         self._advance_all()
 
+    def _entered_this_turn(self) -> None:
+        """Count the steps active now as entered on the current turn (a digression started by
+        this turn's words): repair starts counting at the next turn."""
+        with self._lock:
+            self._turn_no += 1
+            for i in self._repairs:
+                if self._active[i]:
+                    self._entered_turn[i] = self._turn_no
+
     def begin_turn(self) -> None:
         """A user turn starts (the session calls this before its extractors run): a step the
         turn's words make active is entered on this turn, which repair does not count as a

@@ -241,21 +241,33 @@ class StackRunner:
             if d is None:
                 await self.main.on_turn()
             else:
-                self.main.suspend()
+                # Built before the main flow is suspended: if it cannot start (a flow of that
+                # name already runs on the State), the main flow goes on as it was.
                 runner = FlowRunner(
                     d.flow, self.state, session=self.session, enforcement=self.enforcement
                 )
+                runner._entered_this_turn()
+                self.main.suspend()
                 self._active = (d, runner)
                 self.history.append((self.turns, d.name, "entered"))
                 await runner.on_turn()
         # A digression that completed stays the speaking layer for this turn, so its closing
         # words are said; the main flow takes over at the next turn.
+        self._check_closing()
+        self._publish()
+
+    def _check_closing(self) -> None:
+        """Note a digression that completed: it speaks its closing words this turn, and one
+        that terminates ends the conversation at once (no tool may run while they are said)."""
         self._closing = self._active is not None and self._active[1].is_complete
-        if self._closing and self._active is not None and self._active[0].resume == "terminate":
-            # Over at once: no tool may run while the closing words are said.
+        if (
+            self._closing
+            and self._active is not None
+            and self._active[0].resume == "terminate"
+            and self.terminated is None
+        ):
             self.terminated = self._active[0].name
             self.history.append((self.turns, self.terminated, "terminated"))
-        self._publish()
 
     def _leave(self) -> None:
         assert self._active is not None
@@ -279,6 +291,8 @@ class StackRunner:
             self.current.on_tool_ok(tool)
             if self._active is not None:
                 self.main.on_tool_ok(tool)
+                self._check_closing()  # a tool may complete (and so end) the digression
+                self._publish()
 
     def advance(self) -> None:
         """Re-evaluate the guards of the layer that has the floor."""
@@ -371,8 +385,9 @@ class StackRunner:
         return self.current.verdict(step)
 
     def voice_timing(self) -> VoiceTiming | None:
-        """The speaking layer's merged timing; none once terminated."""
-        return None if self.terminated is not None else self.current.voice_timing()
+        """The speaking layer's merged timing; once terminated, only the closing turn's (a
+        closing disclosure keeps its no-barge-in timing while it is said)."""
+        return None if self._silent() else self.current.voice_timing()
 
     def take_deliveries(self) -> list[BackgroundResult]:
         """Background results of any layer's ``on_enter`` actions, oldest first."""
