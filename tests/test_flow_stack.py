@@ -2290,14 +2290,6 @@ async def test_a_turn_that_fails_to_start_a_digression_does_not_wedge_the_call()
         assert ctx.postures == (ASK_NAME,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: repair keys are named by step id only (repair:{step}:reprompt), so a "
-    "digression step with the id of a main step overwrites the main flow's key: after the "
-    "detour the main step is still stuck and its reprompt line is said, but "
-    "repair:ask:reprompt stays False for good (the runner only rewrites keys it thinks "
-    "changed); FlowStack checks flow names for this reason but not repaired step ids",
-)
 @pytest.mark.anyio
 async def test_a_digression_step_sharing_an_id_does_not_clobber_main_repair_keys() -> None:
     state = State()

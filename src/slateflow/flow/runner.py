@@ -424,7 +424,6 @@ class FlowRunner:
         self._entered_turn: dict[int, int] = {}  # the turn a repaired step was entered on
         self._turn_no = 0  # user turns begun (begin_turn), so an entry knows its turn
         self._escalated: set[int] = set()
-        self._repair_shown: dict[str, bool] = {}  # the repair keys as last written
         self._timed = any(s.timing is not None for s in flow.steps)
         n = len(flow.steps)
         key_steps: dict[str, set[int]] = {}
@@ -945,9 +944,8 @@ class FlowRunner:
         """Write the repair keys that changed (true when due, false once cleared)."""
         with self._lock:
             wanted = self._repair_keys()
-            shown = self._repair_shown
-            changed = {k: v for k, v in wanted.items() if shown.get(k, False) != v}
-            shown.update(changed)
+        # Compared with the State itself (an absent key reads as False): written on change only.
+        changed = {k: v for k, v in wanted.items() if self.state.get(k, False) is not v}
         if changed:
             try:
                 batch = cast("dict[str | Key[Any], Any]", changed)
@@ -1153,13 +1151,20 @@ class FlowRunner:
 
     # -- tools -------------------------------------------------------------------------------
 
-    def _denial(self, tool: str) -> tuple[str, str] | None:
-        """Why ``tool`` is refused now, as (kind, detail), or None if it is admitted."""
+    def _constraint_denial(self, tool: str) -> tuple[str, str] | None:
+        """Why the flow-wide constraints (``once``, ``never``, ``commit``) refuse ``tool``."""
         if tool in self._once and self._tools_ok.get(tool, 0) > 0:
             return ("once", "")
         for name, until in self._never:
             if name == tool and not until.evaluate(self.state, self._mark()):
                 return ("not_yet", until.describe())
+        return None
+
+    def _denial(self, tool: str) -> tuple[str, str] | None:
+        """Why ``tool`` is refused now, as (kind, detail), or None if it is admitted."""
+        denial = self._constraint_denial(tool)
+        if denial is not None:
+            return denial
         active = self._active_rts()
         for rt in active:
             if tool in rt.step.deny:
@@ -1180,12 +1185,8 @@ class FlowRunner:
 
     def _constraint_reason(self, tool: str) -> str | None:
         with self._lock, self._committed():
-            if tool in self._once and self._tools_ok.get(tool, 0) > 0:
-                return self._reason(tool, "once", "")
-            for name, until in self._never:
-                if name == tool and not until.evaluate(self.state, self._mark()):
-                    return self._reason(tool, "not_yet", until.describe())
-        return None
+            denial = self._constraint_denial(tool)
+            return None if denial is None else self._reason(tool, *denial)
 
     def _reason(self, tool: str, kind: str, detail: str) -> str:
         if kind == "once":

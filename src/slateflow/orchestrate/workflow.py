@@ -26,6 +26,7 @@ from .budget import WorkflowBudget, budget_event
 from .combinators import (
     LoopDecision,
     PipelineStage,
+    _call,
     execute_loop,
     execute_parallel,
     execute_pipeline,
@@ -328,10 +329,8 @@ class Workflow:
         async def until_halted(outcomes: list[StepOutcome]) -> LoopDecision[Any]:
             if self.halted:
                 return LoopDecision.stop()
-            decision = next(outcomes)
-            if hasattr(decision, "__await__"):
-                decision = await decision
-            return decision  # type: ignore[no-any-return]
+            decision: LoopDecision[Any] = await _call(next, outcomes)
+            return decision
 
         return await self._guard(
             initial,
