@@ -11,6 +11,7 @@ Several classes also derive from the matching built-in exception (``KeyError``, 
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "CursorExpiredError",
     "DispatchError",
     "DispatchRejectedError",
@@ -20,12 +21,14 @@ __all__ = [
     "FlowError",
     "FlowFormatError",
     "GuardFormatError",
+    "HistoryError",
     "InvalidKeyError",
     "KeyExistsError",
     "MissingKeyError",
     "OrchestrationError",
     "PolicyViolation",
     "ReadOnlyError",
+    "RecoveryError",
     "ResolverCancelledError",
     "ResolverDefinitionError",
     "ResolverError",
@@ -35,6 +38,9 @@ __all__ = [
     "SlateError",
     "SnapshotError",
     "StateValueError",
+    "StoreClosedError",
+    "StoreCorruptError",
+    "StoreError",
     "SupervisionError",
     "TemplateError",
     "TransactionError",
@@ -218,3 +224,32 @@ class DispatchError(SlateError):
 class SupervisionError(SlateError):
     """A supervised agent cannot answer: it was stopped, cancelled, or its channel is closed.
     The message names the agent."""
+
+
+class StoreError(SlateError):
+    """A durable store cannot be opened, read or written; the message names the file and says
+    what to do. A write whose commit could not be persisted is reported here."""
+
+
+class StoreCorruptError(StoreError):
+    """A store file is not a slateflow store, is damaged, or was written by a newer format
+    version. Nothing was loaded and nothing runs; the message names the file and the bad part."""
+
+
+class StoreClosedError(StoreError):
+    """The state's durable store was closed: open the file again (``State.open``) to write."""
+
+
+class HistoryError(StoreError, LookupError):
+    """``state.at(seq)`` asked for a commit the store no longer (or never) held: before the
+    last compaction, after the newest commit, or on a state without a history store."""
+
+
+class CheckpointError(StoreError):
+    """A workflow checkpoint cannot be used: unreadable, from a future schema version, or for
+    another workflow. The resumable run fails closed: no step runs."""
+
+
+class RecoveryError(SlateError):
+    """Resuming after a restart needs something the caller did not give (a resolver that was in
+    flight, a flow whose recorded steps no longer exist); nothing was re-dispatched."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -15,13 +16,17 @@ from typing import Any, TypeVar, overload
 from blinker import ANY, Signal
 
 from ..errors import (
+    HistoryError,
     KeyExistsError,
     MissingKeyError,
     ReadOnlyError,
     SchemaError,
     StateValueError,
+    StoreCorruptError,
     VersionConflictError,
 )
+from ..stores.base import Durability, Store
+from ..stores.records import ChangeRow, EntryRow, Loaded
 from . import snapshots, waits
 from .actors import Actor
 from .journal import JournalSink, Ring
@@ -82,7 +87,10 @@ class State:
 
     Parameters: ``policy`` (governance rules, see :class:`Policy`), ``journal_size`` (records kept
     in the in-memory journal ring, default 1024, 0 disables it), ``clock`` (a ``time.time``-like
-    function used for provenance timestamps), ``sinks`` (journal sinks fed every batch).
+    function used for provenance timestamps), ``sinks`` (journal sinks fed every batch),
+    ``store`` (where committed batches are kept: none by default; a :class:`~slateflow.stores.
+    MemoryStore` or a durable :class:`~slateflow.stores.SQLiteStore`, whose contents the new
+    state recovers exactly). ``State.open(path)`` opens a durable state in one call.
     """
 
     changed: Signal
@@ -99,6 +107,7 @@ class State:
         journal_size: int = 1024,
         clock: Callable[[], float] | None = None,
         sinks: Iterable[JournalSink] = (),
+        store: Store | None = None,
     ) -> None:
         self._entries: dict[str, _Row] = {}
         self._lock = threading.RLock()
@@ -136,6 +145,14 @@ class State:
         self._listening = False
         self.changed = _ChangedSignal(self._refresh_listening)
         self.receiver_failed = Signal("slateflow.state.receiver_failed")
+        self._store: Store | None = None
+        self._sync = False
+        if store is not None:
+            if not isinstance(store, Store):
+                raise TypeError(f"store must implement slateflow.stores.Store, got {store!r}")
+            self._recover(store.load())
+            self._store = store
+            self._sync = store.durability == "sync"
 
     # -- small internals shared with transactions and views ----------------------------------
 
@@ -404,6 +421,9 @@ class State:
         lock = self._lock
         lock.acquire()
         try:
+            store = self._store
+            if store is not None and store.error is not None:
+                raise store.error
             try:
                 row = entries.get(key)  # type: ignore[arg-type]
             except TypeError:  # an unhashable key: _prepare names the problem
@@ -479,6 +499,25 @@ class State:
             # Queued before the sinks run, so a write a sink makes is delivered after this one.
             if listened:
                 self._pending.append((change,))
+            if store is not None:
+                store.append(
+                    (
+                        seq,
+                        at,
+                        "set",
+                        (
+                            (
+                                name,
+                                cleaned,
+                                version,
+                                stamp.source,
+                                stamp.writer,
+                                stamp.confidence,
+                                stamp.meta,
+                            ),
+                        ),
+                    )
+                )
             failures = self._feed_sinks((change,)) if self._sinks else None
         finally:
             lock.release()
@@ -486,6 +525,8 @@ class State:
             self._report_sink_failures(failures, (change,))
         if listened:
             self._deliver()
+        if self._sync:
+            self._store.sync(seq)  # type: ignore[union-attr]
         return version
 
     def update(
@@ -773,7 +814,10 @@ class State:
         """
         entries = self._entries
         policy = self._policy
+        store = self._store
         with self._lock:
+            if store is not None and store.error is not None:
+                raise store.error
             for label, versions in (
                 (("expected", expected), ("read", reads)) if expected or reads else ()
             ):
@@ -828,6 +872,12 @@ class State:
                 return self._seq
             self._seq = seq
             batch = tuple(changes)
+            if store is not None:
+                rows: list[ChangeRow] = []
+                for c in batch:
+                    st = c[8]
+                    rows.append((c[0], c[2], c[3], st.source, st.writer, st.confidence, st.meta))
+                store.append((seq, at, origin, tuple(rows)))
             self._ring.append(batch)
             if self._listening and (
                 self.changed.receivers or any(self._subs.for_key(c[0]) for c in batch)
@@ -838,6 +888,8 @@ class State:
             self._report_sink_failures(failures, batch)
         if deliver:
             self._deliver()
+        if self._sync:
+            self._store.sync(seq)  # type: ignore[union-attr]
         return seq
 
     def _feed_sinks(self, raw: tuple[RawChange, ...]) -> list[tuple[object, Exception]]:
@@ -1232,6 +1284,170 @@ class State:
         state._seq = seq
         state._ring.clear(seq)
         return state
+
+    # -- durability ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "batch",
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+    ) -> State:
+        """Open the durable state kept in the SQLite file at ``path``, creating or recovering it.
+
+        Recovery restores every committed value, version, seq and provenance exactly.
+        ``durability="batch"`` (default): a write returns at once and reaches the disk within a
+        few milliseconds, grouped with others (a killed process loses at most those last
+        milliseconds of commits, never half a batch). ``"sync"``: a write returns once its commit
+        is on disk. Close it (or use ``with``) to write what is queued. Raises
+        :class:`~slateflow.errors.StoreCorruptError` for a file that is not a readable store.
+        """
+        from ..stores.sqlite import SQLiteStore
+
+        store = SQLiteStore(path, durability=durability)
+        try:
+            return cls(
+                policy=policy, journal_size=journal_size, clock=clock, sinks=sinks, store=store
+            )
+        except BaseException:
+            store.close()
+            raise
+
+    @property
+    def store(self) -> Store | None:
+        """The store keeping this state's commits (None: memory only, no history)."""
+        return self._store
+
+    @property
+    def durable(self) -> bool:
+        """Whether commits reach a disk (a store with ``"batch"`` or ``"sync"`` durability)."""
+        return self._store is not None and self._store.durability != "memory"
+
+    def flush(self) -> None:
+        """Return once every commit so far is in the store (on disk, for a durable one).
+
+        Raises :class:`~slateflow.errors.StoreError` if the store could not persist them.
+        """
+        if self._store is not None:
+            self._store.sync(self._seq)
+
+    def close(self) -> None:
+        """Flush and close the store; later writes raise :class:`~slateflow.errors.StoreClosedError`
+        (reads keep working). Idempotent; a state without a store has nothing to close."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            store.sync(self._seq)
+        finally:
+            store.close()
+
+    def __enter__(self) -> State:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def compact(self) -> int:
+        """Replace the store's history by the current entries; returns the seq compacted to.
+
+        Recovery then starts from this point (faster, smaller file), and ``at(seq)`` can no
+        longer reach earlier commits. Without a store there is nothing to compact.
+        """
+        store = self._store
+        with self._lock:
+            seq = self._seq
+            rows: list[EntryRow] = [
+                (key, value, version, row_seq, at, st.source, st.writer, st.confidence, st.meta)
+                for key, (value, version, row_seq, at, st) in self._entries.items()
+            ]
+        if store is not None:
+            store.compact(seq, rows)
+        return seq
+
+    def at(self, seq: int) -> State:
+        """The state as it was right after commit ``seq``: a detached, in-memory copy.
+
+        Needs a store with history (``MemoryStore`` or a durable one). Raises
+        :class:`~slateflow.errors.HistoryError` for a seq after the newest commit, before the
+        last compaction, or on a state without a store. ``at(state.cursor())`` equals now.
+        """
+        store = self._store
+        if type(seq) is not int or seq < 0:
+            raise HistoryError(f"at() needs a commit seq (an int >= 0), got {seq!r}")
+        if store is None:
+            raise HistoryError(
+                f"cannot go back to seq {seq}: this state keeps no history; create it with "
+                "State(store=MemoryStore()) or State.open(path)"
+            )
+        head = self._seq
+        if seq > head:
+            raise HistoryError(f"seq {seq} is after the newest commit ({head})")
+        store.sync(seq)
+        loaded = store.read(upto=seq)
+        if seq < loaded.base_seq:
+            raise HistoryError(
+                f"seq {seq} is before the last compaction (seq {loaded.base_seq}); history "
+                "before it was dropped"
+            )
+        past = State(policy=self._policy, journal_size=self._ring.size)
+        past._recover(loaded)
+        return past
+
+    def _recover(self, loaded: Loaded) -> None:
+        """Rebuild entries, seq and the journal ring from a store's contents (at construction)."""
+        entries = self._entries
+        stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
+
+        def stamp_of(
+            source: str, writer: str | None, conf: float | None, meta: dict[str, Any] | None
+        ) -> Stamp:
+            if meta:
+                return Stamp(source, writer, conf, meta)
+            stamp = stamps.get((source, writer, conf))
+            if stamp is None:
+                stamp = stamps[(source, writer, conf)] = Stamp(source, writer, conf, None)
+            return stamp
+
+        for key, value, version, row_seq, at, source, writer, conf, meta in loaded.base:
+            entries[key] = (value, version, row_seq, at, stamp_of(source, writer, conf, meta))
+        commits = loaded.commits
+        size = self._ring.size
+        tail = len(commits) - size  # commits from here on may feed the journal ring
+        policy = self._policy
+        ring: list[RawChange] = []
+        seq = loaded.base_seq
+        for n, (seq, at, origin, changes) in enumerate(commits):
+            for key, value, version, source, writer, conf, meta in changes:
+                row = entries.get(key)
+                stamp = stamp_of(source, writer, conf, meta)
+                if version:
+                    if version != (row[1] + 1 if row is not None else 1):
+                        raise StoreCorruptError(
+                            f"commit {seq}: {key!r} jumps to version {version} from "
+                            f"{row[1] if row else 0}; the store is damaged"
+                        )
+                    entries[key] = (value, version, seq, at, stamp)
+                elif row is None:
+                    raise StoreCorruptError(
+                        f"commit {seq} removes {key!r}, which is not set; the store is damaged"
+                    )
+                else:
+                    del entries[key]
+                if n >= tail:
+                    old = None if row is None else row[0]
+                    ring.append(
+                        (key, old, value, version, seq, origin, not version, at, stamp, policy)
+                    )
+        self._seq = seq
+        self._ring.clear(commits[tail - 1][0] if 0 < tail <= len(commits) else loaded.base_seq)
+        self._ring.append(ring)
+        self._ring.trim()
 
     def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
         """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""

@@ -1,0 +1,23 @@
+"""Stores: where a State's committed batches live (the layer below the State).
+
+``MemoryStore`` keeps every commit in memory (time travel, restart tests); ``SQLiteStore`` keeps
+them in a SQLite file (WAL), one transaction per group of batches, at the durability you choose.
+A store sees only plain records (:mod:`slateflow.stores.records`); it never imports the State.
+"""
+
+from .base import CheckpointStore, Durability, Store
+from .memory import MemoryStore
+from .records import ChangeRow, CommitRow, EntryRow, Loaded
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "ChangeRow",
+    "CheckpointStore",
+    "CommitRow",
+    "Durability",
+    "EntryRow",
+    "Loaded",
+    "MemoryStore",
+    "SQLiteStore",
+    "Store",
+]

@@ -1,0 +1,409 @@
+"""SQLiteStore: committed batches in a SQLite file (WAL), written by one background thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreClosedError, StoreCorruptError, StoreError
+from .base import Durability
+from .records import (
+    CommitRow,
+    EntryRow,
+    Loaded,
+    decode_changes,
+    decode_entries,
+    encode_changes,
+    encode_entries,
+)
+
+__all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "SQLiteStore"]
+
+log = logging.getLogger("slateflow.stores")
+
+STORE_FORMAT = "slateflow.store"
+STORE_FORMAT_VERSION = 1
+"""Bumped on incompatible changes to the file layout; a newer file is refused, never guessed at."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS commits (
+    seq INTEGER PRIMARY KEY, at_ns INTEGER NOT NULL, origin TEXT NOT NULL, changes TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS base (
+    id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, entries TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    workflow_id TEXT PRIMARY KEY, data TEXT NOT NULL, updated_ns INTEGER NOT NULL
+);
+"""
+
+_INSERT = "INSERT INTO commits (seq, at_ns, origin, changes) VALUES (?, ?, ?, ?)"
+
+
+class _Compact:
+    __slots__ = ("entries", "seq", "written")
+
+    def __init__(self, seq: int, entries: list[EntryRow]) -> None:
+        self.seq = seq
+        self.entries = entries
+        self.written = threading.Event()
+
+
+class SQLiteStore:
+    """Keeps every committed batch in a SQLite file, so a State survives a crash.
+
+    ``durability="batch"`` (the default): ``set`` returns at once and a background thread commits
+    what has queued up as one transaction at most ``max_delay`` seconds later (group commit; the
+    WAL is synced at checkpoints, ``synchronous=NORMAL``). A killed process loses only the
+    commits still queued; a power cut may also lose the last transactions the disk had not
+    synced. Either way the file is never left with half a batch. ``durability="sync"``: ``set``
+    returns once its commit is on disk (``synchronous=FULL``); writers in several threads share
+    one fsync. ``state.flush()`` waits for everything queued, at either level.
+
+    One process writes a file at a time. Open it through ``State.open(path)``; ``slateflow replay
+    path`` prints its timeline. Workflow checkpoints live in the same file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "batch",
+        max_delay: float = 0.002,
+    ) -> None:
+        if durability not in ("batch", "sync"):
+            raise StoreError(
+                f"durability must be 'batch' or 'sync' for SQLiteStore({str(path)!r}), got "
+                f"{durability!r} (use no store, or MemoryStore, for memory only)"
+            )
+        if not (type(max_delay) in (int, float) and 0 <= max_delay <= 1):
+            raise StoreError(f"max_delay must be between 0 and 1 second, got {max_delay!r}")
+        self.path = Path(path)
+        self.durability: Durability = durability
+        self.max_delay = float(max_delay) if durability == "batch" else 0.0
+        self.error: Exception | None = None
+        self._queue: deque[CommitRow | _Compact] = deque()
+        self._wake = threading.Event()
+        self._done = threading.Condition()
+        self._appended = 0
+        self._durable = 0
+        self._closing = False
+        self._writer: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards the side connection (reads, checkpoints)
+        self._conn = self._connect(create=True)
+        self._side: sqlite3.Connection | None = None
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _connect(self, *, create: bool) -> sqlite3.Connection:
+        where = str(self.path)
+        if not create and not self.path.exists():
+            raise StoreError(f"no store at {where!r}")
+        try:
+            conn = sqlite3.connect(
+                where, isolation_level=None, check_same_thread=False, timeout=10.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {where!r}: {exc}") from None
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            sync = "FULL" if self.durability == "sync" else "NORMAL"
+            conn.execute(f"PRAGMA synchronous={sync}")
+            if create:
+                self._check_format(conn)
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreCorruptError(
+                f"{where!r} is not a readable slateflow store ({exc}); restore it from a backup "
+                "or open a new file"
+            ) from None
+        return conn
+
+    def _check_format(self, conn: sqlite3.Connection) -> None:
+        where = str(self.path)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            # One script, one transaction: a crash while creating leaves an empty file.
+            conn.executescript(
+                "BEGIN IMMEDIATE;"
+                + _SCHEMA
+                + f"INSERT OR IGNORE INTO meta VALUES ('format', '{STORE_FORMAT}');"
+                + f"INSERT OR IGNORE INTO meta VALUES ('version', '{STORE_FORMAT_VERSION}');"
+                + "COMMIT;"
+            )
+            return
+        meta = dict(conn.execute("SELECT name, value FROM meta")) if "meta" in tables else {}
+        if meta.get("format") != STORE_FORMAT:
+            raise StoreCorruptError(
+                f"{where!r} is a SQLite file but not a slateflow store; pass another path"
+            )
+        try:
+            version = int(meta.get("version", ""))
+        except ValueError:
+            raise StoreCorruptError(
+                f"{where!r}: its format version {meta.get('version')!r} is unreadable"
+            ) from None
+        if version > STORE_FORMAT_VERSION:
+            raise StoreCorruptError(
+                f"{where!r} was written by a newer slateflow (store format {version}, this one "
+                f"reads up to {STORE_FORMAT_VERSION}); upgrade slateflow to open it"
+            )
+        missing = {"commits", "base", "checkpoints"} - tables
+        if missing:
+            raise StoreCorruptError(f"{where!r} lacks its {', '.join(sorted(missing))} table(s)")
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._side is None:
+            side = self._connect(create=False)
+            side.execute("PRAGMA synchronous=FULL")  # checkpoints are saved through it
+            self._side = side
+        return self._side
+
+    # -- loading and reading ------------------------------------------------------------------
+
+    def load(self) -> Loaded:
+        loaded = self.read()
+        self._appended = self._durable = loaded.head
+        return loaded
+
+    def read(self, upto: int | None = None) -> Loaded:
+        with self._lock:
+            conn = self._reader()
+            try:
+                base_row = conn.execute("SELECT seq, entries FROM base WHERE id = 1").fetchone()
+                base_seq = 0
+                base: list[EntryRow] = []
+                if base_row is not None:
+                    base_seq = base_row[0]
+                    if type(base_seq) is not int or base_seq < 0:
+                        raise StoreCorruptError(f"{str(self.path)!r}: the base seq is {base_seq!r}")
+                    base = decode_entries(base_row[1], base_seq)
+                commits = list(self._rows(conn, base_seq, upto))
+            except sqlite3.Error as exc:
+                raise StoreCorruptError(
+                    f"{str(self.path)!r} is damaged ({exc}); restore it from a backup"
+                ) from None
+        return Loaded(base_seq, base, commits)
+
+    def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None) -> Iterator[CommitRow]:
+        cursor = conn.execute(
+            "SELECT seq, at_ns, origin, changes FROM commits WHERE seq > ? AND seq <= ? "
+            "ORDER BY seq",
+            (after, (1 << 62) if upto is None else upto),
+        )
+        expect = after + 1
+        for seq, at_ns, origin, changes in cursor:
+            if seq != expect:
+                raise StoreCorruptError(
+                    f"{str(self.path)!r}: commit {expect} is missing (the next one is {seq}); "
+                    "the file was edited or damaged"
+                )
+            if type(at_ns) is not int or type(origin) is not str:
+                raise StoreCorruptError(f"{str(self.path)!r}: commit {seq} has a bad header")
+            yield (seq, at_ns, origin, decode_changes(changes, seq))
+            expect += 1
+
+    def commits(self, after: int = 0, upto: int | None = None) -> Iterator[CommitRow]:
+        # Read in one go under the lock: a generator must not hold the connection between steps.
+        with self._lock:
+            conn = self._reader()
+            try:
+                base_row = conn.execute("SELECT seq FROM base WHERE id = 1").fetchone()
+                start = max(after, base_row[0] if base_row else 0)
+                rows = list(self._rows(conn, start, upto))
+            except sqlite3.Error as exc:
+                raise StoreCorruptError(f"{str(self.path)!r} is damaged ({exc})") from None
+        yield from rows
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, commit: CommitRow) -> None:
+        # Called under the State's lock: queue it and wake the writer; the I/O happens there.
+        self._queue.append(commit)
+        self._appended = commit[0]
+        if self._writer is None:
+            self._start_writer()
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _start_writer(self) -> None:
+        self._writer = threading.Thread(
+            target=self._write_loop, name=f"slateflow-store:{self.path.name}", daemon=True
+        )
+        self._writer.start()
+
+    def _write_loop(self) -> None:
+        queue = self._queue
+        conn = self._conn
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self.max_delay and not self._closing:
+                time.sleep(self.max_delay)  # let a burst of commits share one transaction
+            if not queue:
+                if self._closing:
+                    return
+                continue
+            items: list[CommitRow | _Compact] = []
+            while queue:
+                items.append(queue.popleft())
+            try:
+                self._write(conn, items)
+            except Exception as exc:
+                self._fail(exc)
+                return
+            commits = [i for i in items if not isinstance(i, _Compact)]
+            with self._done:
+                if commits:
+                    self._durable = max(self._durable, commits[-1][0])
+                self._done.notify_all()
+            for item in items:
+                if isinstance(item, _Compact):
+                    item.written.set()
+            if self._closing and not queue:
+                return
+
+    def _write(self, conn: sqlite3.Connection, items: list[CommitRow | _Compact]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows: list[tuple[int, int, str, str]] = []
+            for item in items:
+                if isinstance(item, _Compact):
+                    if rows:
+                        conn.executemany(_INSERT, rows)
+                        rows = []
+                    conn.execute(
+                        "INSERT OR REPLACE INTO base (id, seq, entries) VALUES (1, ?, ?)",
+                        (item.seq, encode_entries(item.entries)),
+                    )
+                    conn.execute("DELETE FROM commits WHERE seq <= ?", (item.seq,))
+                else:
+                    rows.append((item[0], item[1], item[2], encode_changes(item[3])))
+            if rows:
+                conn.executemany(_INSERT, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _fail(self, exc: Exception) -> None:
+        log.error("store %s: commits could not be persisted", self.path, exc_info=exc)
+        if isinstance(exc, sqlite3.IntegrityError):
+            why = "another process is writing the same file (one writer per file)"
+        else:
+            why = str(exc)
+        self.error = StoreError(
+            f"store {str(self.path)!r} could not persist commits after seq {self._durable}: "
+            f"{why}; the State refuses further writes: reopen the file with State.open to "
+            "continue from what is on disk"
+        )
+        with self._done:
+            self._done.notify_all()
+
+    def sync(self, seq: int | None = None) -> None:
+        target = self._appended if seq is None else seq
+        if self._durable >= target:
+            return
+        with self._done:
+            while self._durable < target:
+                if self.error is not None and not isinstance(self.error, StoreClosedError):
+                    raise self.error
+                if self._writer is None or not self._writer.is_alive():
+                    if self.error is not None:
+                        raise self.error
+                    raise StoreError(f"store {str(self.path)!r}: its writer is not running")
+                if not self._wake.is_set():
+                    self._wake.set()
+                self._done.wait(0.5)
+
+    def compact(self, seq: int, entries: list[EntryRow]) -> None:
+        # Queued behind every commit it summarises, so they are on disk before it replaces them.
+        job = _Compact(seq, entries)
+        self._queue.append(job)
+        if self._writer is None:
+            self._start_writer()
+        self._wake.set()
+        while not job.written.wait(0.5):
+            if self.error is not None:
+                raise self.error
+
+    def close(self) -> None:
+        """Write what is queued, stop the writer and close the file (idempotent)."""
+        if self._closing:
+            return
+        self._closing = True
+        writer = self._writer
+        if writer is not None:
+            self._wake.set()
+            writer.join()
+        with self._lock:
+            for conn in (self._conn, self._side):
+                if conn is not None:
+                    conn.close()
+        if self.error is None:
+            self.error = StoreClosedError(
+                f"store {str(self.path)!r} is closed; open it again with State.open to write"
+            )
+
+    # -- workflow checkpoints -----------------------------------------------------------------
+
+    def _side_write(self, sql: str, args: tuple[Any, ...]) -> None:
+        with self._lock:
+            if self._closing:
+                raise StoreClosedError(f"store {str(self.path)!r} is closed")
+            conn = self._reader()
+            try:
+                conn.execute(sql, args)
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {str(self.path)!r}: {exc}") from None
+
+    def load_checkpoint(self, workflow_id: str) -> str | None:
+        with self._lock:
+            if self._closing:
+                raise StoreClosedError(f"store {str(self.path)!r} is closed")
+            try:
+                row = (
+                    self._reader()
+                    .execute("SELECT data FROM checkpoints WHERE workflow_id = ?", (workflow_id,))
+                    .fetchone()
+                )
+            except sqlite3.Error as exc:
+                raise StoreCorruptError(f"store {str(self.path)!r} is damaged ({exc})") from None
+        if row is None:
+            return None
+        data = row[0]
+        if type(data) is not str:
+            raise StoreCorruptError(
+                f"store {str(self.path)!r}: the checkpoint of {workflow_id!r} is not text"
+            )
+        return data
+
+    def save_checkpoint(self, workflow_id: str, data: str) -> None:
+        self._side_write(
+            "INSERT OR REPLACE INTO checkpoints (workflow_id, data, updated_ns) VALUES (?, ?, ?)",
+            (workflow_id, data, time.time_ns()),
+        )
+
+    def delete_checkpoint(self, workflow_id: str) -> None:
+        self._side_write("DELETE FROM checkpoints WHERE workflow_id = ?", (workflow_id,))
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SQLiteStore {str(self.path)!r} {self.durability}, durable to seq {self._durable}>"
