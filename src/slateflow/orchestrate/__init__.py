@@ -6,11 +6,19 @@ and write each step's progress into a State like a resolver's. ``WorkflowBudget`
 ledger a workflow's model calls are checked against, and :mod:`.events` the lifecycle
 vocabulary (budget and compaction events, JSON-compatible with layer0's). ``Workflow`` puts
 them together; ``LocalOrchestrator`` implements the ``Orchestrator`` protocol, and
-``AgentOrchestrator`` supervises long-lived agents.
+``AgentOrchestrator`` supervises long-lived agents. ``execute_parallel_resumable`` is the
+fan-out that survives a crash: it journals each finished step as a JSON
+:class:`WorkflowCheckpoint` in a checkpoint store and skips those steps on resume.
 """
 
 from . import events
 from .budget import BudgetSnapshot, WorkflowBudget, budget_event
+from .checkpoint import (
+    WORKFLOW_CHECKPOINT_SCHEMA_VERSION,
+    WorkflowCheckpoint,
+    WorkflowStepRecord,
+    spec_digest,
+)
 from .combinators import (
     LoopDecision,
     PipelineStage,
@@ -21,6 +29,7 @@ from .combinators import (
 )
 from .local import AgentFunction, LocalExecutor
 from .protocol import DispatchError, LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
+from .resumable import execute_parallel_resumable
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
 from .supervise import (
     AgentOrchestrator,
@@ -43,6 +52,7 @@ from .workflow import (
 )
 
 __all__ = [
+    "WORKFLOW_CHECKPOINT_SCHEMA_VERSION",
     "AgentExecutor",
     "AgentFunction",
     "AgentOrchestrator",
@@ -69,13 +79,17 @@ __all__ = [
     "Workflow",
     "WorkflowBudget",
     "WorkflowBuilder",
+    "WorkflowCheckpoint",
     "WorkflowEvent",
+    "WorkflowStepRecord",
     "budget_event",
     "default_policy",
     "events",
     "execute_loop",
     "execute_parallel",
+    "execute_parallel_resumable",
     "execute_pipeline",
     "is_retryable",
     "run_step",
+    "spec_digest",
 ]

@@ -1,0 +1,155 @@
+"""A fan-out that survives a crash: each successful step is journaled in a checkpoint store, and
+running the same workflow id again runs only what did not succeed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+import anyio
+
+from ..errors import CheckpointError, OrchestrationError
+from ..state import State
+from ..stores.base import CheckpointStore
+from .checkpoint import WorkflowCheckpoint, WorkflowStepRecord, spec_digest
+from .combinators import _check_specs, _limit, run_step
+from .spec import AgentExecutor, AgentStepSpec, StepOutcome
+
+__all__ = ["execute_parallel_resumable"]
+
+log = logging.getLogger("slateflow.orchestrate")
+
+_WHERE = "execute_parallel_resumable"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def execute_parallel_resumable(
+    executor: AgentExecutor,
+    specs: Iterable[AgentStepSpec],
+    workflow_id: str,
+    store: CheckpointStore,
+    *,
+    state: State | None = None,
+) -> list[StepOutcome]:
+    """Run ``specs`` like ``execute_parallel``, journaling each success in ``store`` under
+    ``workflow_id`` so that running it again after a crash runs only what had not succeeded.
+
+    - Exactly once for journaled steps: a step whose success was saved is not run again while
+      its spec (agent, prompt, input, options) is unchanged; its saved outcome is returned in
+      its place. Change the spec under the same task id and the step runs again.
+    - At least once for steps in flight at a crash: a step that finished but was not yet
+      journaled runs again, so executors should tolerate a repeat.
+    - Failed steps are not journaled: the next run retries them. When every step has
+      succeeded the checkpoint is deleted; otherwise it stays for the next run.
+    - The checkpoint is JSON only (never pickle). A checkpoint that cannot be trusted
+      (damaged, from a newer slateflow, for another workflow) raises ``CheckpointError`` and
+      nothing runs (fail closed); delete it to start afresh.
+    - A checkpoint that cannot be saved does not fail the run: a warning is logged and the
+      steps it missed run again on resume.
+
+    At most ``executor.concurrency_hint`` steps run at once; ``state`` records the steps that
+    run (not the reused ones) as ``execute_parallel`` does. Outcomes come back in input order.
+    """
+    checked = _check_specs(specs, _WHERE)
+    ids = [s.task_id for s in checked]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        raise OrchestrationError(
+            f"{_WHERE}: task ids must be unique (a checkpoint keeps steps by task id); "
+            f"repeated: {', '.join(dupes)}"
+        )
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise OrchestrationError(
+            f"{_WHERE}: workflow_id must be a non-empty string naming the run to resume, "
+            f"got {workflow_id!r}"
+        )
+    if not isinstance(store, CheckpointStore):
+        raise OrchestrationError(
+            f"{_WHERE}: store {type(store).__name__} does not keep checkpoints; pass one with "
+            "load_checkpoint, save_checkpoint and delete_checkpoint (MemoryStore, SQLiteStore)"
+        )
+    limiter: anyio.CapacityLimiter | None = _limit(executor)
+
+    digests = {s.task_id: spec_digest(s) for s in checked}
+    try:
+        text = await anyio.to_thread.run_sync(store.load_checkpoint, workflow_id)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"the checkpoint of workflow {workflow_id!r} could not be read from "
+            f"{type(store).__name__}: {exc}"
+        ) from exc
+    records: dict[str, WorkflowStepRecord] = {}
+    dropped = False
+    if text is not None:
+        for task, record in WorkflowCheckpoint.from_json(text, workflow_id).steps.items():
+            if digests.get(task) == record.digest:
+                records[task] = record
+            else:
+                dropped = True
+
+    outcomes: list[StepOutcome | None] = [
+        records[s.task_id].outcome if s.task_id in records else None for s in checked
+    ]
+    pending = [(i, s) for i, s in enumerate(checked) if s.task_id not in records]
+    lock = anyio.Lock()
+
+    async def save() -> None:
+        # Called under ``lock``: saves are whole-checkpoint replacements, so two at once could
+        # let an older snapshot land last and forget a step.
+        data = WorkflowCheckpoint(
+            workflow_id=workflow_id, steps=dict(records), updated_at_ms=_now_ms()
+        ).to_json()
+        try:
+            await anyio.to_thread.run_sync(store.save_checkpoint, workflow_id, data)
+        except Exception as exc:
+            log.warning(
+                "workflow %r: the checkpoint could not be saved (the run goes on; steps it "
+                "missed will run again on resume): %r",
+                workflow_id,
+                exc,
+            )
+
+    async def branch(i: int, spec: AgentStepSpec) -> None:
+        outcome = await run_step(executor, spec, state=state, limiter=limiter)
+        outcomes[i] = outcome
+        if outcome.success:
+            async with lock:
+                records[spec.task_id] = WorkflowStepRecord(
+                    task_id=spec.task_id,
+                    digest=digests[spec.task_id],
+                    outcome=outcome,
+                    completed_at_ms=_now_ms(),
+                )
+                await save()
+
+    if pending:
+        if dropped:
+            # Stale records (changed specs, task ids no longer run) must not outlive this run
+            # even if no step succeeds now.
+            async with lock:
+                await save()
+        assert limiter is not None
+        if limiter.total_tokens >= len(pending):
+            limiter = None  # every branch fits: no slot to wait for
+        async with anyio.create_task_group() as tg:
+            for i, spec in pending:
+                tg.start_soon(branch, i, spec)
+
+    done = [o for o in outcomes if o is not None]
+    if all(o.success for o in done):
+        try:
+            await anyio.to_thread.run_sync(store.delete_checkpoint, workflow_id)
+        except Exception as exc:
+            log.warning(
+                "workflow %r finished but its checkpoint could not be deleted (a rerun "
+                "reuses its outcomes): %r",
+                workflow_id,
+                exc,
+            )
+    return done
