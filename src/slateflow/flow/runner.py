@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import FlowError, SlateError, WaitTimeoutError
+from ..errors import FlowError, RecoveryError, SlateError, WaitTimeoutError
 from ..resolve.background import BackgroundResult
 from ..resolve.clock import Clock
 from ..state import Change, Key, State
@@ -358,7 +358,12 @@ class FlowRunner:
         self._heap: list[int] = []
         self._queued = [False] * n
         self._dirty_resets: set[int] = set()
-        self._keys_dirty = 7  # which flow keys to write next: 1 active, 2 done, 4 complete
+        # On a state with a store the runner also records its marking, to resume from it.
+        self._durable = state.store is not None
+        # Which flow keys to write next: 1 active, 2 done, 4 complete, 8 marking.
+        self._keys_dirty = 15 if self._durable else 7
+        # Per entered step with an on_enter action: the seq its resolver's status had then.
+        self._fired: dict[int, int] = {}
         self._waiters: list[_Waiter] = []
         self.violations: list[Violation] = []
         """Tool calls admitted in observe mode that the flow would have refused."""
@@ -371,7 +376,9 @@ class FlowRunner:
         # session's block waiting.
         self._lane_scope: anyio.CancelScope | None = None
         self._stamp = Stamp("flow", flow.name, None, None)
-        self._keys = tuple(f"flow:{flow.name}:{k}" for k in ("active", "done", "complete"))
+        self._keys = tuple(
+            f"flow:{flow.name}:{k}" for k in ("active", "done", "complete", "marking")
+        )
         with _running_lock:
             mine = _running.setdefault(state, {})
             ref = mine.get(flow.name)
@@ -387,13 +394,19 @@ class FlowRunner:
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
         try:
             with self._lock, self._committed():
+                record = state.get(self._keys[3]) if self._durable else None
+                if record is not None:
+                    self._restore(record, state.get(self._keys[1], []))
                 for i in range(n):
                     self._push(i)
                 self._dirty_resets.update(range(len(self._resets)))
                 events = self._latch()
                 self._starting = False
                 self._write_keys()
+                again = self._interrupted() if record is not None else []
             self._publish(events)
+            for i in again:
+                self._fire(i)
         except BaseException:
             self.close()  # unsubscribe and free the flow's name
             raise
@@ -651,6 +664,8 @@ class FlowRunner:
                 if not self._entered[i]:
                     self._entered[i] = True
                     events.append(("enter", i))
+                    if self._durable:
+                        self._note_entry(i)
                 else:
                     events.append(("active", i))
         elif self._active[i]:
@@ -678,6 +693,9 @@ class FlowRunner:
                 self._set_active(i, False)
             self._entered[i] = False
             events.append(("reset", i))
+            if self._durable:
+                self._fired.pop(i, None)
+                self._keys_dirty |= 8
         if i in self._repairs:
             self._forget_repair(i)
         self._push(i)
@@ -734,11 +752,90 @@ class FlowRunner:
             writes[keys[1]] = list(self._done_ids.ids)
         if dirty & 4:
             writes[keys[2]] = self._complete
+        if dirty & 8 and self._durable:
+            writes[keys[3]] = self._record()
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
             self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
         except SlateError as exc:
             log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
+
+    # -- resuming from a recorded marking ----------------------------------------------------
+
+    def _note_entry(self, i: int) -> None:
+        """Record that step ``i`` was entered (call under the lock, on a state with a store)."""
+        self._keys_dirty |= 8
+        action = self.flow.steps[i].on_enter
+        if action is not None:
+            row = self.state._row(action.resolver.status_key)
+            self._fired[i] = 0 if row is None else row[2]
+
+    def _record(self) -> dict[str, Any]:
+        """The marking as JSON: what a restarted runner needs beyond the State's own keys."""
+        steps = self.flow.steps
+        return {
+            "entered": [steps[i].id for i, e in enumerate(self._entered) if e],
+            "fired": {steps[i].id: seq for i, seq in sorted(self._fired.items())},
+            "tools": dict(self._tools_ok),
+            "escalated": [steps[i].id for i in sorted(self._escalated)],
+            "stuck": {steps[i].id: n for i, n in sorted(self._stuck.items())},
+        }
+
+    def _restore(self, record: Any, done: Any) -> None:
+        """Take up a marking recorded by an earlier runner of this flow (before the first
+        latch): done and entered steps, tool counts and repair bookkeeping."""
+        where = f"flow {self.name!r}: the recorded marking ({self._keys[3]!r})"
+        fields = ("entered", "fired", "tools", "escalated", "stuck")
+        if type(record) is not dict or any(k not in record for k in fields):
+            raise RecoveryError(f"{where} is not a marking this runner wrote; remove the key")
+        if type(done) is not list:
+            raise RecoveryError(f"{where}: {self._keys[1]!r} is not a list of step ids")
+
+        def index(step: object) -> int:
+            i = self._ids.get(step) if type(step) is str else None
+            if i is None:
+                raise RecoveryError(
+                    f"{where} names step {step!r}, which this flow does not have; the flow "
+                    "changed since: resume with the same definition, or clear the flow:"
+                    f"{self.name}: keys to start it over"
+                )
+            return i
+
+        try:
+            for step in done:
+                self._set_done(index(step), True)
+            for step in record["entered"]:
+                self._entered[index(step)] = True
+            for step, seq in record["fired"].items():
+                self._fired[index(step)] = int(seq)
+            for tool, count in record["tools"].items():
+                self._tools_ok[str(tool)] = int(count)
+            for step in record["escalated"]:
+                self._escalated.add(index(step))
+            for step, count in record["stuck"].items():
+                self._stuck[index(step)] = int(count)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise RecoveryError(f"{where} is malformed ({exc}); remove the key") from None
+        self._marking = None
+
+    def _interrupted(self) -> list[int]:
+        """Active steps whose ``on_enter`` run did not complete before the restart (never
+        started, in flight, or cancelled by the session closing), claimed for re-dispatch."""
+        again = []
+        session = self.session
+        for i, fired in sorted(self._fired.items()):
+            action = self.flow.steps[i].on_enter
+            if action is None or self._done[i] or not self._active[i] or session is None:
+                continue
+            row = self.state._row(action.resolver.status_key)
+            if row is not None and row[2] > fired:
+                status, meta = row[0], row[4].meta or {}
+                closed = status == "cancelled" and meta.get("reason") == "session closed"
+                if status != "running" and not closed:
+                    continue  # it completed: exactly once
+            if session._claim(action.resolver.name):
+                again.append(i)
+        return again
 
     def _send(self, signal: Any, **kwargs: Any) -> None:
         if not signal.receivers:
@@ -922,6 +1019,8 @@ class FlowRunner:
                     self._stuck.pop(i, None)
                     if not self._done[i]:
                         self._escalated.discard(i)
+            if self._durable:
+                self._keys_dirty |= 8
             events = self._latch()
             if self._keys_dirty:
                 self._write_keys()
@@ -1046,6 +1145,8 @@ class FlowRunner:
             self._check_open()
             self._tools_ok[tool] = self._tools_ok.get(tool, 0) + 1
             self._marking = None
+            if self._durable:
+                self._keys_dirty |= 8
             if self._suspended:
                 return  # counted; the steps catch up when the runner resumes
             for i in self._on_tool.get(tool, self._any_marking):

@@ -372,6 +372,14 @@ class Run:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
         resolver = self.resolver
         state = self.state
+        if state._store is not None:
+            # A durable state remembers how the run was started, so a restart can re-dispatch
+            # it the same way (session.resume) if it never finished.
+            meta: dict[str, Any] = {"mode": self.mode}
+            if self.scheduling is not None:
+                meta["scheduling"] = str(self.scheduling.value)
+            self._commit({resolver.status_key: "running"}, (), meta)
+            return
         if not state._acting and not state._tx_open:
             # Nobody's code is fenced and no transaction is open: the plain set is the
             # cheapest commit, and its governance is the same.

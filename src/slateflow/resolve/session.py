@@ -17,8 +17,14 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from ..errors import DispatchRejectedError, ResolverDefinitionError, SessionError
+from ..errors import (
+    DispatchRejectedError,
+    RecoveryError,
+    ResolverDefinitionError,
+    SessionError,
+)
 from ..state import Change, Key, State
+from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
 from ..state.when import Trigger
 from .background import (
@@ -186,6 +192,9 @@ class Session:
         self._interrupting = False
         self._last_lines: frozenset[str] = frozenset()
         self._timing: Any = None
+        self._opened_seq = 0
+        # Resolvers a resuming flow has taken on re-dispatching: resume() leaves them alone.
+        self._claimed: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -201,6 +210,7 @@ class Session:
             self._limiter = anyio.CapacityLimiter(self._max_concurrency)
         # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
         self._turn_lock = anyio.Lock(fast_acquire=True)
+        self._opened_seq = self.state.cursor
         self._open = True
         return self
 
@@ -589,6 +599,82 @@ class Session:
         if not self._count and not self._actions and self._idle is not None:
             self._idle.set()
             self._idle = None
+
+    # -- resuming after a restart -----------------------------------------------------------
+
+    def in_flight(self) -> list[str]:
+        """The resolvers a previous process left running, which no run here has taken over.
+
+        On a durable state each run records how it was started; a ``<name>:status`` still
+        ``"running"`` from before this session opened means that process stopped mid-run. Flows
+        re-dispatch their own ``on_enter`` resolvers as they resume; :meth:`resume` the rest.
+        """
+        state = self.state
+        names = []
+        for key in state.keys(prefix=""):
+            if not key.endswith(":status"):
+                continue
+            entry = state.entry(key)
+            if (
+                entry is None
+                or entry.value != "running"
+                or entry.seq > self._opened_seq
+                or "mode" not in entry.provenance.meta
+            ):
+                continue
+            name = key[: -len(":status")]
+            if name not in self._claimed and not self.is_running(name):
+                names.append(name)
+        return names
+
+    def resume(self, *resolvers: Resolver, abandon: bool = False) -> list[Run]:
+        """Re-dispatch the resolvers that were in flight when the process stopped.
+
+        Give every resolver that may have been in flight (a resolver is code: the state holds
+        only its name). Each one :meth:`in_flight` names runs again in the mode it was started
+        in (background results go to the session's inbox; a call-mode run, whose caller is
+        gone, is dispatched). Resolvers that finished are never re-run: completed work is
+        exactly-once, in-flight work at-least-once. An in-flight name with no resolver given
+        raises :class:`~slateflow.errors.RecoveryError` before anything starts, unless
+        ``abandon=True``, which marks those ``cancelled`` instead. Returns the new runs.
+        """
+        self._check_usable()
+        given: dict[str, Resolver] = {}
+        for resolver in resolvers:
+            if not isinstance(resolver, Resolver):
+                raise TypeError(f"resume() takes Resolvers, got {type(resolver).__name__}")
+            given[resolver.name] = resolver
+        pending = self.in_flight()
+        missing = [name for name in pending if name not in given]
+        if missing and not abandon:
+            raise RecoveryError(
+                f"resolver(s) {', '.join(map(repr, missing))} were in flight when the state was "
+                "last written; pass them to session.resume(...) to re-dispatch them, or "
+                "abandon=True to mark them cancelled"
+            )
+        runs: list[Run] = []
+        for name in pending:
+            found = given.get(name)
+            if found is None:
+                stamp = Stamp("system", name, None, {"reason": "abandoned after a restart"})
+                self.state._commit_owned({f"{name}:status": "cancelled"}, (), stamp, "resume")
+                continue
+            entry = self.state.entry(found.status_key)
+            meta = entry.provenance.meta if entry is not None else {}
+            self._claimed.add(name)
+            if meta.get("mode") == "background":
+                hint = Scheduling(str(meta.get("scheduling", Scheduling.WHEN_IDLE.value)))
+                runs.append(self._submit(found, "background", None, self._to_model, hint))
+            else:
+                runs.append(self._submit(found, "dispatch", None, None, None))
+        return runs
+
+    def _claim(self, name: str) -> bool:
+        """A resuming flow takes over re-dispatching ``name`` (False: someone already has)."""
+        if name in self._claimed or self.is_running(name):
+            return False
+        self._claimed.add(name)
+        return True
 
     # -- reactions -------------------------------------------------------------------------
 

@@ -73,6 +73,17 @@ class MemoryStore:
             "the memory store was closed; recover it with State(store=...) to write again"
         )
 
+    def copy(self) -> MemoryStore:
+        """A copy of everything stored so far: what a restart would find if the process died
+        now. Recover it with ``State(store=store.copy())`` to test resumption in-process."""
+        twin = MemoryStore()
+        with self._lock:
+            twin._base_seq = self._base_seq
+            twin._base = list(self._base)
+            twin._commits = list(self._commits)
+            twin._checkpoints = dict(self._checkpoints)
+        return twin
+
     def load_checkpoint(self, workflow_id: str) -> str | None:
         return self._checkpoints.get(workflow_id)
 
