@@ -30,6 +30,7 @@ DOC_PAGES = [
     "docs/testing.md",
     "docs/conversation.md",
     "docs/orchestration.md",
+    "docs/durability.md",
     "docs/errors.md",
 ]
 
@@ -331,3 +332,47 @@ def test_verification_panel_example_in_process() -> None:
     assert state.get("j3:result") == {"approved": True, "missing": []}
     assert state.provenance("r0_facts:result").writer == "facts"
     assert anyio.run(verification_panel.main, lines.append) == (True, False)
+
+
+def test_durable_demo_drops_the_call_and_resumes_it(tmp_path: Path) -> None:
+    """``demo --db``: the first run drops with the lookup in flight, the second resumes the
+    flow where it was (the lookup runs again, the booking once), the third finds it done."""
+    from slateflow.demo_durable import run_durable_demo
+
+    path = tmp_path / "call.db"
+    outs: list[list[str]] = []
+    for _ in range(3):
+        lines: list[str] = []
+        state = anyio.run(run_durable_demo, path, lines.append)
+        outs.append(lines)
+    first, second, third = ("\n".join(lines) for lines in outs)
+    assert_in_order(
+        first,
+        [
+            "A new call, recorded in",
+            ">> step 'check' entered",
+            "model calls book_table: refused",
+            "the line drops here, with availability 'running'",
+        ],
+    )
+    assert "caller: \"Yes, that is right.\"" not in first
+    assert_in_order(
+        second,
+        [
+            "Recovered",
+            "3 of 7 beats of the call heard; flow 'booking' done ['slot'], active ['check']",
+            "availability:status = 'cancelled' (session closed)",
+            "the flow resumed at ['check']; done: ['slot']",
+            "the lookup that did not finish runs again (at-least-once)",
+            ">> step 'offer' entered",
+            'caller: "Yes, that is right."',
+            "model calls book_table: admitted, it runs",
+            "complete: True; booked Saturday at 19:30; book_table ran 1 time(s)",
+        ],
+    )
+    # Nothing heard before the drop is heard again, and the slot step is not re-entered.
+    assert "Hello, I'd like a table." not in second
+    assert ">> step 'slot'" not in second
+    assert "is complete; nothing to resume" in third
+    assert "book_table ran 1 time(s)" in third
+    assert state.get("booking:time") == "19:30"

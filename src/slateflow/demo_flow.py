@@ -39,7 +39,7 @@ from .flow import (
 from .resolve import ManualClock, Resolver, Session, TurnContext
 from .state import State
 
-__all__ = ["booking_flow", "run_flow_demo"]
+__all__ = ["Narrator", "availability", "booking_flow", "extractors", "run_flow_demo"]
 
 Out = Callable[[str], object]
 
@@ -127,9 +127,64 @@ def extractors(clock: ManualClock) -> tuple[Extractor, Extractor]:
     return slots, answers
 
 
-async def run_flow_demo(out: Out, clock: ManualClock) -> State:
-    """Narrate the booking flow over a fresh State; returns it."""
-    state = State(clock=clock)
+class Narrator:
+    """Says what happens in the booking call: the caller's turns, the model's tool calls, what
+    the model is told, and the flow's steps as they are entered and done."""
+
+    def __init__(self, out: Out, slots: Extractor, answers: Extractor) -> None:
+        self.out = out
+        self.extractors = (slots, answers)
+
+    def entered(self, runner: FlowRunner, flow: str, step: str) -> None:
+        self.out(f"  >> step '{step}' entered")
+
+    def finished(self, runner: FlowRunner, flow: str, step: str) -> None:
+        self.out(f"  >> step '{step}' done")
+
+    def follow(self, runner: FlowRunner) -> None:
+        """Narrate ``runner``'s steps (until :meth:`unfollow`)."""
+        signals.step_entered.connect(self.entered, sender=runner)
+        signals.step_done.connect(self.finished, sender=runner)
+
+    def unfollow(self, runner: FlowRunner) -> None:
+        signals.step_entered.disconnect(self.entered, sender=runner)
+        signals.step_done.disconnect(self.finished, sender=runner)
+
+    def model_told(self, context: TurnContext) -> None:
+        for line in context.lines:
+            self.out(f"     the model is told: {line}")
+        if not context.lines:
+            self.out("     (nothing new to tell the model)")
+
+    async def call_tool(self, session: Session, tool: str) -> None:
+        refusal = session.refusal(tool)
+        if refusal is None:
+            self.out(f"  model calls {tool}: admitted, it runs")
+            await session.tool_ok(tool)
+        else:
+            self.out(f"  model calls {tool}: refused")
+            self.out(f"     {refusal}")
+
+    async def hear(self, session: Session, said: str) -> None:
+        # What a voice loop does each turn: one call redacts, extracts, advances the flow and
+        # says what the model should be told now.
+        out = self.out
+        out(f'  caller: "{said}"')
+        assert session.redact is not None
+        out(f'     transcript (redacted): "{session.redact(said)}"')
+        context = await session.user_turn(said)
+        for extractor in self.extractors:
+            for d in extractor.history[-1].decisions:
+                verdict = "written" if d.written else "not written"
+                out(f"     {extractor.name}: {d.key} = {d.value!r} {verdict} ({d.reason})")
+        self.model_told(context)
+
+
+TOOLS = ["book_table", "transfer_to_human"]
+
+
+def availability(clock: ManualClock) -> Resolver:
+    """The booking system: answers after 0.4 s of the demo's clock; 19:00 is taken."""
 
     async def check_book(state: State) -> dict[str, Any]:
         await clock.sleep(0.4)  # the booking system's latency, on the demo's clock
@@ -137,69 +192,40 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
             return {"open": False, "alternative": "19:30"}
         return {"open": True}
 
-    lookup = Resolver.fetch("availability", check_book, reads=["booking:time"])
-    flow = booking_flow(lookup).compile(tools=["book_table", "transfer_to_human"])
+    return Resolver.fetch("availability", check_book, reads=["booking:time"])
+
+
+async def run_flow_demo(out: Out, clock: ManualClock) -> State:
+    """Narrate the booking flow over a fresh State; returns it."""
+    state = State(clock=clock)
+    flow = booking_flow(availability(clock)).compile(tools=TOOLS)
     out("  the plan, as Mermaid (flow.to_mermaid()):")
     for line in flow.to_mermaid().splitlines():
         out(f"    {line}")
 
-    def entered(runner: FlowRunner, flow: str, step: str) -> None:
-        out(f"  >> step '{step}' entered")
-
-    def finished(runner: FlowRunner, flow: str, step: str) -> None:
-        out(f"  >> step '{step}' done")
-
-    def model_told(context: TurnContext) -> None:
-        for line in context.lines:
-            out(f"     the model is told: {line}")
-        if not context.lines:
-            out("     (nothing new to tell the model)")
-
-    async def call_tool(session: Session, tool: str) -> None:
-        refusal = session.refusal(tool)
-        if refusal is None:
-            out(f"  model calls {tool}: admitted, it runs")
-            await session.tool_ok(tool)
-        else:
-            out(f"  model calls {tool}: refused")
-            out(f"     {refusal}")
-
-    async def hear(session: Session, said: str) -> None:
-        # What a voice loop does each turn: one call redacts, extracts, advances the flow and
-        # says what the model should be told now.
-        out(f'  caller: "{said}"')
-        assert session.redact is not None
-        out(f'     transcript (redacted): "{session.redact(said)}"')
-        context = await session.user_turn(said)
-        for extractor in (slots, answers):
-            for d in extractor.history[-1].decisions:
-                verdict = "written" if d.written else "not written"
-                out(f"     {extractor.name}: {d.key} = {d.value!r} {verdict} ({d.reason})")
-        model_told(context)
-
     slots, answers = extractors(clock)
-    async with Session(state, clock=clock, tools=["book_table", "transfer_to_human"]) as session:
+    say = Narrator(out, slots, answers)
+    async with Session(state, clock=clock, tools=TOOLS) as session:
         session.add_extractor(slots)
         session.add_extractor(answers)
         runner = session.run_flow(flow)
-        signals.step_entered.connect(entered, sender=runner)
-        signals.step_done.connect(finished, sender=runner)
+        say.follow(runner)
         try:
             out(f"  active: {runner.active_steps}")
-            await hear(session, "Hello, I'd like a table.")
-            await hear(
+            await say.hear(session, "Hello, I'd like a table.")
+            await say.hear(
                 session, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
             )
-            await call_tool(session, "book_table")
+            await say.call_tool(session, "book_table")
             out("  (0.4 s later the booking system answers, in the background)")
             await clock.advance(0.4)
             await runner.wait_for_step("offer")
             out("  the model is idle, so it is told now (session.context_now()):")
-            model_told(session.context_now())
-            await hear(session, "Yes, 7:30 pm works for us.")
-            await hear(session, "Yes, that is right.")
-            await call_tool(session, "book_table")
-            await call_tool(session, "book_table")
+            say.model_told(session.context_now())
+            await say.hear(session, "Yes, 7:30 pm works for us.")
+            await say.hear(session, "Yes, that is right.")
+            await say.call_tool(session, "book_table")
+            await say.call_tool(session, "book_table")
             out(
                 f"  complete: {runner.is_complete}; flow:booking:done = "
                 f"{state.get('flow:booking:done')}"
@@ -208,6 +234,5 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
             assert prov is not None
             out(f"  written by source {prov.source!r}, writer {prov.writer!r}")
         finally:
-            signals.step_entered.disconnect(entered, sender=runner)
-            signals.step_done.disconnect(finished, sender=runner)
+            say.unfollow(runner)
     return state
