@@ -17,6 +17,7 @@ from blinker import ANY, Signal
 
 from ..errors import (
     HistoryError,
+    InvalidKeyError,
     KeyExistsError,
     MissingKeyError,
     ReadOnlyError,
@@ -150,7 +151,15 @@ class State:
         if store is not None:
             if not isinstance(store, Store):
                 raise TypeError(f"store must implement slateflow.stores.Store, got {store!r}")
-            self._recover(store.load())
+            try:
+                self._recover(store.load())
+            except StoreCorruptError as exc:
+                where = getattr(store, "path", None)
+                if where is None or str(where) in str(exc):
+                    raise
+                raise StoreCorruptError(
+                    f"{str(where)!r}: {exc}; restore it from a backup or open a new file"
+                ) from None
             self._store = store
             self._sync = store.durability == "sync"
 
@@ -468,7 +477,29 @@ class State:
             # CPython's slow method lookup for a callable stored on the instance.)
             now = self._now
             at = now()
-            seq = self._seq = self._seq + 1
+            seq = self._seq + 1
+            if store is not None:
+                # Before anything is applied: a store that refuses the commit leaves the
+                # state exactly as it was.
+                store.append(
+                    (
+                        seq,
+                        at,
+                        "set",
+                        (
+                            (
+                                name,
+                                cleaned,
+                                version,
+                                stamp.source,
+                                stamp.writer,
+                                stamp.confidence,
+                                stamp.meta,
+                            ),
+                        ),
+                    )
+                )
+            self._seq = seq
             entries[name] = (cleaned, version, seq, at, stamp)
             # A plain tuple: it becomes a Change only if someone reads it.
             change: RawChange = (
@@ -499,25 +530,6 @@ class State:
             # Queued before the sinks run, so a write a sink makes is delivered after this one.
             if listened:
                 self._pending.append((change,))
-            if store is not None:
-                store.append(
-                    (
-                        seq,
-                        at,
-                        "set",
-                        (
-                            (
-                                name,
-                                cleaned,
-                                version,
-                                stamp.source,
-                                stamp.writer,
-                                stamp.confidence,
-                                stamp.meta,
-                            ),
-                        ),
-                    )
-                )
             failures = self._feed_sinks((change,)) if self._sinks else None
         finally:
             lock.release()
@@ -844,11 +856,15 @@ class State:
             at = now()
             changes: list[RawChange] = []
             add = changes.append
+            # The rows this batch replaces, to put back if the store refuses it.
+            undo: list[tuple[str, Any]] | None = [] if store is not None else None
             for key, value, stamp in ops:
                 row = entries.get(key)
                 if value is REMOVED:
                     if row is None:
                         continue
+                    if undo is not None:
+                        undo.append((key, row))
                     del entries[key]
                     old, value, version = row[0], None, 0
                 elif row is None:
@@ -866,18 +882,29 @@ class State:
                         continue
                     version = row[1] + 1
                 if version:
+                    if undo is not None:
+                        undo.append((key, row))
                     entries[key] = (value, version, seq, at, stamp)
                 add((key, old, value, version, seq, origin, not version, at, stamp, policy))
             if not changes:
                 return self._seq
-            self._seq = seq
             batch = tuple(changes)
             if store is not None:
                 rows: list[ChangeRow] = []
                 for c in batch:
                     st = c[8]
                     rows.append((c[0], c[2], c[3], st.source, st.writer, st.confidence, st.meta))
-                store.append((seq, at, origin, tuple(rows)))
+                try:
+                    store.append((seq, at, origin, tuple(rows)))
+                except BaseException:
+                    assert undo is not None
+                    for key, row in reversed(undo):
+                        if row is None:
+                            entries.pop(key, None)
+                        else:
+                            entries[key] = row
+                    raise
+            self._seq = seq
             self._ring.append(batch)
             if self._listening and (
                 self.changed.receivers or any(self._subs.for_key(c[0]) for c in batch)
@@ -1414,7 +1441,16 @@ class State:
                 stamp = stamps[(source, writer, conf)] = Stamp(source, writer, conf, None)
             return stamp
 
+        def known(key: str, where: str) -> None:
+            # A stored key is checked the first time it is seen: a file edited by hand must not
+            # smuggle in a key the State would refuse.
+            try:
+                check_key(key)
+            except InvalidKeyError as exc:
+                raise StoreCorruptError(f"{where}: {exc}; the store is damaged") from None
+
         for key, value, version, row_seq, at, source, writer, conf, meta in loaded.base:
+            known(key, f"the base at seq {loaded.base_seq}")
             entries[key] = (value, version, row_seq, at, stamp_of(source, writer, conf, meta))
         commits = loaded.commits
         size = self._ring.size
@@ -1425,6 +1461,8 @@ class State:
         for n, (seq, at, origin, changes) in enumerate(commits):
             for key, value, version, source, writer, conf, meta in changes:
                 row = entries.get(key)
+                if row is None:
+                    known(key, f"commit {seq}")
                 stamp = stamp_of(source, writer, conf, meta)
                 if version:
                     if version != (row[1] + 1 if row is not None else 1):

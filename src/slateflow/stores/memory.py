@@ -44,11 +44,12 @@ class MemoryStore:
     def append(self, commit: CommitRow) -> None:
         head = self._commits[-1][0] if self._commits else self._base_seq
         if commit[0] != head + 1:
-            self.error = StoreError(
+            # Raised to the stale State only (the State has applied nothing yet); the State
+            # that recovered the store last keeps writing.
+            raise StoreError(
                 f"memory store: commit {commit[0]} does not follow {head}; two States are "
-                "writing to one store (give each its own)"
+                "writing to one store (give each its own, or recover a copy)"
             )
-            raise self.error
         self._commits.append(commit)
 
     def sync(self, seq: int | None = None) -> None:

@@ -15,6 +15,7 @@ On disk every record is JSON (arrays, in the order above); nothing is ever unpic
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -30,6 +31,7 @@ __all__ = [
     "decode_entries",
     "encode_changes",
     "encode_entries",
+    "unstorable",
 ]
 
 ChangeRow: TypeAlias = tuple[str, Any, int, str, str | None, float | None, dict[str, Any] | None]
@@ -38,14 +40,23 @@ EntryRow: TypeAlias = tuple[
     str, Any, int, int, int, str, str | None, float | None, dict[str, Any] | None
 ]
 
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+# ASCII output: a str holding a lone surrogate (which Python allows and UTF-8 cannot encode)
+# is written as its \\u escape and reads back unchanged.
+_dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_loads = json.JSONDecoder(parse_constant=_no_constant).decode
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e999 parses as inf, a value no State holds
+        raise ValueError(f"{text} is out of range")
+    return number
+
+
+_loads = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite).decode
 
 
 @dataclass(slots=True)
@@ -64,8 +75,21 @@ class Loaded:
 
 
 def encode_changes(changes: Iterable[ChangeRow]) -> str:
-    """The JSON text of a commit's changes."""
+    """The JSON text of a commit's changes.
+
+    Raises ``ValueError`` for a value JSON cannot hold although the State accepts it (an int
+    beyond Python's int-to-str digit limit); :func:`unstorable` names the key."""
     return _dumps(list(changes))
+
+
+def unstorable(changes: Iterable[ChangeRow]) -> tuple[str, str] | None:
+    """The first change whose value cannot be encoded, as ``(key, why)``, or None."""
+    for change in changes:
+        try:
+            _dumps(change)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return change[0], str(exc)
+    return None
 
 
 def encode_entries(entries: Iterable[EntryRow]) -> str:
@@ -106,7 +130,7 @@ def _parse(text: object, where: str) -> Any:
         raise _bad(where, f"expected JSON text, found {type(text).__name__}")
     try:
         return _loads(text)
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise _bad(where, f"unreadable JSON ({exc})") from None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreClosedError, StoreCorruptError, StoreError
+from ..errors import StateValueError, StoreClosedError, StoreCorruptError, StoreError
 from .base import Durability
 from .records import (
     CommitRow,
@@ -22,6 +22,7 @@ from .records import (
     decode_entries,
     encode_changes,
     encode_entries,
+    unstorable,
 )
 
 __all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "SQLiteStore"]
@@ -47,11 +48,20 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 _INSERT = "INSERT INTO commits (seq, at_ns, origin, changes) VALUES (?, ?, ?, ?)"
 
+_HEADER = b"SQLite format 3\x00"
+
+# What reading a damaged file can raise besides sqlite3.Error: text columns that are not UTF-8
+# (UnicodeDecodeError is a ValueError), values of the wrong type, numbers out of range.
+_DAMAGE = (sqlite3.Error, ValueError, TypeError, OverflowError)
+
+# A commit as the writer thread gets it: its changes already encoded as JSON text.
+_Encoded = tuple[int, int, str, str]
+
 
 class _Compact:
     __slots__ = ("entries", "seq", "written")
 
-    def __init__(self, seq: int, entries: list[EntryRow]) -> None:
+    def __init__(self, seq: int, entries: str) -> None:
         self.seq = seq
         self.entries = entries
         self.written = threading.Event()
@@ -90,7 +100,7 @@ class SQLiteStore:
         self.durability: Durability = durability
         self.max_delay = float(max_delay) if durability == "batch" else 0.0
         self.error: Exception | None = None
-        self._queue: deque[CommitRow | _Compact] = deque()
+        self._queue: deque[_Encoded | _Compact] = deque()
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._appended = 0
@@ -107,6 +117,8 @@ class SQLiteStore:
         where = str(self.path)
         if not create and not self.path.exists():
             raise StoreError(f"no store at {where!r}")
+        if create:
+            self._check_header()
         try:
             conn = sqlite3.connect(
                 where, isolation_level=None, check_same_thread=False, timeout=10.0
@@ -114,21 +126,38 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {where!r}: {exc}") from None
         try:
+            if create:
+                # Before any pragma: a file that is not ours must be left exactly as it was.
+                self._check_format(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             sync = "FULL" if self.durability == "sync" else "NORMAL"
             conn.execute(f"PRAGMA synchronous={sync}")
-            if create:
-                self._check_format(conn)
         except StoreError:
             conn.close()
             raise
-        except sqlite3.Error as exc:
+        except _DAMAGE as exc:
             conn.close()
             raise StoreCorruptError(
                 f"{where!r} is not a readable slateflow store ({exc}); restore it from a backup "
                 "or open a new file"
             ) from None
         return conn
+
+    def _check_header(self) -> None:
+        # SQLite takes a file shorter than its header for an empty database and would write
+        # over it: look at the bytes first.
+        try:
+            with self.path.open("rb") as file:
+                header = file.read(len(_HEADER))
+        except (FileNotFoundError, IsADirectoryError):
+            return  # a new file; or sqlite3 says why it cannot open a directory
+        except OSError as exc:
+            raise StoreError(f"cannot open store {str(self.path)!r}: {exc}") from None
+        if header and header != _HEADER:
+            raise StoreCorruptError(
+                f"{str(self.path)!r} is not a SQLite file, so not a slateflow store; pass "
+                "another path (nothing was written to it)"
+            )
 
     def _check_format(self, conn: sqlite3.Connection) -> None:
         where = str(self.path)
@@ -150,7 +179,7 @@ class SQLiteStore:
             )
         try:
             version = int(meta.get("version", ""))
-        except ValueError:
+        except (TypeError, ValueError):
             raise StoreCorruptError(
                 f"{where!r}: its format version {meta.get('version')!r} is unreadable"
             ) from None
@@ -177,8 +206,15 @@ class SQLiteStore:
         self._appended = self._durable = loaded.head
         return loaded
 
+    def _check_open(self) -> None:
+        if self._closing:
+            raise StoreClosedError(
+                f"store {str(self.path)!r} is closed; open it again with State.open to read it"
+            )
+
     def read(self, upto: int | None = None) -> Loaded:
         with self._lock:
+            self._check_open()
             conn = self._reader()
             try:
                 base_row = conn.execute("SELECT seq, entries FROM base WHERE id = 1").fetchone()
@@ -190,11 +226,20 @@ class SQLiteStore:
                         raise StoreCorruptError(f"{str(self.path)!r}: the base seq is {base_seq!r}")
                     base = decode_entries(base_row[1], base_seq)
                 commits = list(self._rows(conn, base_seq, upto))
-            except sqlite3.Error as exc:
+            except StoreCorruptError as exc:
+                raise self._damaged(exc) from None
+            except _DAMAGE as exc:
                 raise StoreCorruptError(
                     f"{str(self.path)!r} is damaged ({exc}); restore it from a backup"
                 ) from None
         return Loaded(base_seq, base, commits)
+
+    def _damaged(self, exc: StoreCorruptError) -> StoreCorruptError:
+        """``exc`` (from the record decoders, which know no file) naming this file."""
+        where = str(self.path)
+        if where in str(exc):
+            return exc
+        return StoreCorruptError(f"{where!r}: {exc}; restore it from a backup or open a new file")
 
     def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None) -> Iterator[CommitRow]:
         cursor = conn.execute(
@@ -217,21 +262,35 @@ class SQLiteStore:
     def commits(self, after: int = 0, upto: int | None = None) -> Iterator[CommitRow]:
         # Read in one go under the lock: a generator must not hold the connection between steps.
         with self._lock:
+            self._check_open()
             conn = self._reader()
             try:
                 base_row = conn.execute("SELECT seq FROM base WHERE id = 1").fetchone()
                 start = max(after, base_row[0] if base_row else 0)
                 rows = list(self._rows(conn, start, upto))
-            except sqlite3.Error as exc:
+            except StoreCorruptError as exc:
+                raise self._damaged(exc) from None
+            except _DAMAGE as exc:
                 raise StoreCorruptError(f"{str(self.path)!r} is damaged ({exc})") from None
         yield from rows
 
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, commit: CommitRow) -> None:
-        # Called under the State's lock: queue it and wake the writer; the I/O happens there.
-        self._queue.append(commit)
-        self._appended = commit[0]
+        # Called under the State's lock, before the State applies the batch: encoded here, so
+        # a value JSON cannot hold is refused with nothing applied; the I/O happens in the
+        # writer thread.
+        seq, at_ns, origin, changes = commit
+        try:
+            text = encode_changes(changes)
+        except (ValueError, TypeError, RecursionError):
+            key, why = unstorable(changes) or (changes[0][0], "it cannot be encoded")
+            raise StateValueError(
+                f"the value of {key!r} cannot be stored in {str(self.path)!r} ({why}); store "
+                "it as a string, or keep it out of the durable state"
+            ) from None
+        self._queue.append((seq, at_ns, origin, text))
+        self._appended = seq
         if self._writer is None:
             self._start_writer()
         if not self._wake.is_set():
@@ -255,7 +314,7 @@ class SQLiteStore:
                 if self._closing:
                     return
                 continue
-            items: list[CommitRow | _Compact] = []
+            items: list[_Encoded | _Compact] = []
             while queue:
                 items.append(queue.popleft())
             try:
@@ -274,10 +333,10 @@ class SQLiteStore:
             if self._closing and not queue:
                 return
 
-    def _write(self, conn: sqlite3.Connection, items: list[CommitRow | _Compact]) -> None:
+    def _write(self, conn: sqlite3.Connection, items: list[_Encoded | _Compact]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows: list[tuple[int, int, str, str]] = []
+            rows: list[_Encoded] = []
             for item in items:
                 if isinstance(item, _Compact):
                     if rows:
@@ -285,11 +344,11 @@ class SQLiteStore:
                         rows = []
                     conn.execute(
                         "INSERT OR REPLACE INTO base (id, seq, entries) VALUES (1, ?, ?)",
-                        (item.seq, encode_entries(item.entries)),
+                        (item.seq, item.entries),
                     )
                     conn.execute("DELETE FROM commits WHERE seq <= ?", (item.seq,))
                 else:
-                    rows.append((item[0], item[1], item[2], encode_changes(item[3])))
+                    rows.append(item)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
@@ -330,7 +389,7 @@ class SQLiteStore:
 
     def compact(self, seq: int, entries: list[EntryRow]) -> None:
         # Queued behind every commit it summarises, so they are on disk before it replaces them.
-        job = _Compact(seq, entries)
+        job = _Compact(seq, encode_entries(entries))
         self._queue.append(job)
         if self._writer is None:
             self._start_writer()
@@ -352,6 +411,7 @@ class SQLiteStore:
             for conn in (self._conn, self._side):
                 if conn is not None:
                     conn.close()
+            self._side = None  # reads after close raise StoreClosedError, not "damaged"
         if self.error is None:
             self.error = StoreClosedError(
                 f"store {str(self.path)!r} is closed; open it again with State.open to write"

@@ -1,0 +1,984 @@
+"""Stores: exact recovery from a MemoryStore or a SQLite file, time travel (``at``), compaction,
+durability levels, closed and failed stores, checkpoints, and the import layering."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slateflow import KeyExistsError, MissingKeyError, State, StateValueError
+from slateflow.errors import (
+    HistoryError,
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+)
+from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
+from slateflow.stores.sqlite import STORE_FORMAT_VERSION
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "slateflow"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def as_json(value: Any) -> str:
+    """Exact JSON text: tells 1 from 1.0 from True and 0.0 from -0.0 (``==`` does not)."""
+    return json.dumps(value, allow_nan=False, sort_keys=True)
+
+
+def snap(state: State) -> str:
+    return as_json(state.snapshot())
+
+
+def tail(state: State, cursor: int) -> str:
+    """The journal after ``cursor`` as exact JSON (Changes of two states never compare equal:
+    their stamps and policies are different objects)."""
+    return as_json([m.to_dict(redact=False) for m in state.mutations_since(cursor)])
+
+
+def max_seq(path: Path) -> int | None:
+    """The newest commit a separate, raw sqlite3 connection sees in the file."""
+    with closing(sqlite3.connect(path)) as conn:
+        row = conn.execute("SELECT max(seq) FROM commits").fetchone()
+    return None if row is None else row[0]
+
+
+class Backend:
+    """Opens a state on one kind of store and reopens it as a restart would."""
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        self.kind = kind
+        self.path = directory / "state.db"
+        self.opened: list[State] = []
+
+    def open(self) -> State:
+        if self.kind == "memory":
+            state = State(store=MemoryStore())
+        else:
+            state = State.open(self.path, durability=self.kind)  # type: ignore[arg-type]
+        self.opened.append(state)
+        return state
+
+    def reopen(self, state: State) -> State:
+        store = state.store
+        assert store is not None
+        state.close()
+        if self.kind == "memory":
+            again = State(store=store)
+        else:
+            again = State.open(self.path, durability=self.kind)  # type: ignore[arg-type]
+        self.opened.append(again)
+        return again
+
+    def close_all(self) -> None:
+        for state in self.opened:
+            with contextlib.suppress(StoreError):
+                state.close()
+
+
+@pytest.fixture(params=["memory", "batch", "sync"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b = Backend(request.param, tmp_path)
+    yield b
+    b.close_all()
+
+
+@pytest.fixture(params=["batch", "sync"])
+def durability(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[State]]:
+    """States to close at the end of a test (a failed store's close raises: ignored)."""
+    states: list[State] = []
+    yield states
+    for state in states:
+        with contextlib.suppress(StoreError):
+            state.close()
+
+
+def open_file(path: Path, opened: list[State], durability: str = "batch") -> State:
+    state = State.open(path, durability=durability)  # type: ignore[arg-type]
+    opened.append(state)
+    return state
+
+
+# -- recovery is exact -----------------------------------------------------------------------
+
+
+def w_set(s: State) -> None:
+    s.set("a", 1)
+    s.set(
+        "a",
+        {"x": [1, 1.0, True, None, -0.0, 1e300]},
+        source="llm",
+        writer="ex",
+        confidence=0.25,
+        meta={"turn": 2, "why": "caller said so \u2028 \U0001f600"},
+    )
+    s.set("b", "\u2028\u2029\U0001f680", source="tool")
+    s.set("b", "\u2028\u2029\U0001f680", source="tool")  # unchanged: no commit
+    s.set("c", 2**80, confidence=1)
+    s.set("c", -(2**70), writer="w", expected_version=1)
+
+
+def w_update(s: State) -> None:
+    s.update({"a": 1, "b": 2, "c": [3]})
+    s.update(
+        {"c": 3, "a": 1.0, "d": {"e": None}},
+        writer="u",
+        source="agent",
+        confidence=0.0,
+        meta={"k": [1]},
+        remove=["b", "missing"],
+    )
+    s.update({}, remove="d")
+    s.update({"a": 1.0})  # unchanged: no commit
+
+
+def w_remove(s: State) -> None:
+    s.set("a", [1, 2])
+    s.set("b", 1)
+    assert s.remove("a", source="tool", writer="cleaner") == [1, 2]
+    assert s.remove("zz", None) is None
+    s.set("a", "back")
+
+
+def w_modify(s: State) -> None:
+    for _ in range(3):
+        s.modify("n", 0, lambda v: v + 1, source="agent", meta={"step": "inc"})
+    s.modify("l", [], lambda v: [*v, "x"])
+
+
+def w_rename(s: State) -> None:
+    s.set("a", [1], source="tool", writer="t", confidence=0.5, meta={"m": 1})
+    s.rename("a", "b", writer="mover")
+    s.set("c", 1)
+    s.rename("b", "c", overwrite=True)
+    s.set("c2", 0)
+    with pytest.raises(KeyExistsError):
+        s.rename("c", "c2")
+
+
+def w_clear_prefix(s: State) -> None:
+    s.update({"p:a": 1, "p:b": 2, "q": 3})
+    assert s.clear_prefix("p:", writer="janitor") == 2
+    assert s.clear_prefix("nothing:") == 0
+
+
+def w_end_turn(s: State) -> None:
+    s.update({"turn:x": 1, "temp:y": [2], "session:z": 3})
+    assert s.end_turn() == 2
+    s.set("turn:x", "again")
+
+
+def w_transaction(s: State) -> None:
+    s.set("a", 1)
+    with s.transaction() as tx:
+        tx.set("a", 2, source="llm")
+        s.set("b", {"v": 1})
+        tx.remove("a")
+        s.set("c", 3)
+    before = s.cursor
+    with s.transaction() as tx:
+        s.set("rolled", 1)
+        tx.set("c", 99)
+        tx.rollback()
+
+    def failing() -> None:
+        with s.transaction():
+            s.set("rolled", 2)
+            raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        failing()
+    assert s.cursor == before
+    assert s.get("rolled") is None
+
+
+def w_threads(s: State) -> None:
+    def work(n: int) -> None:
+        for i in range(25):
+            s.set(f"t{n}:k{i % 5}", i, writer=f"thread{n}")
+            s.modify("shared", 0, lambda v: v + 1)
+            if i % 7 == 0:
+                s.update({f"t{n}:u": i}, remove=f"t{n}:k0")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert s.get("shared") == 100
+
+
+WRITES: dict[str, Callable[[State], None]] = {
+    "set": w_set,
+    "update": w_update,
+    "remove": w_remove,
+    "modify": w_modify,
+    "rename": w_rename,
+    "clear_prefix": w_clear_prefix,
+    "end_turn": w_end_turn,
+    "transaction": w_transaction,
+    "threads": w_threads,
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_recovery_is_exact(backend: Backend, write: str) -> None:
+    state = backend.open()
+    state.set("before", "x", source="system")
+    mid = state.cursor
+    WRITES[write](state)
+    assert state.cursor > mid
+    expected_snap, expected_tail, expected_all = snap(state), tail(state, mid), tail(state, 0)
+    cursor = state.cursor
+
+    again = backend.reopen(state)
+    assert again.cursor == cursor
+    assert snap(again) == expected_snap
+    assert tail(again, mid) == expected_tail
+    assert tail(again, 0) == expected_all
+    for key in again.keys(prefix=""):
+        assert again.provenance(key) == state.provenance(key)
+        assert again.entry(key) == state.entry(key)
+
+    # The recovered state carries on from there, and that survives another restart.
+    again.set("after", 1)
+    assert again.cursor == cursor + 1
+    third = backend.reopen(again)
+    assert third.cursor == cursor + 1
+    assert third.get("after") == 1
+    after = json.loads(tail(third, cursor))
+    assert tail(third, mid) == as_json([*json.loads(expected_tail), *after])
+
+
+def test_recovery_of_an_empty_store(backend: Backend) -> None:
+    state = backend.open()
+    again = backend.reopen(state)
+    assert again.cursor == 0
+    assert again.snapshot()["entries"] == {}
+    assert again.mutations_since(0) == []
+
+
+def test_store_and_durable_properties(backend: Backend) -> None:
+    state = backend.open()
+    assert state.store is not None
+    assert isinstance(state.store, Store)
+    assert state.store.durability == backend.kind
+    assert state.durable is (backend.kind != "memory")
+    plain = State()
+    assert plain.store is None
+    assert plain.durable is False
+    plain.flush()
+    plain.close()  # nothing to close
+    plain.set("a", 1)
+
+
+def test_recovery_respects_a_small_journal(tmp_path: Path, opened: list[State]) -> None:
+    state = open_file(tmp_path / "s.db", opened)
+    for i in range(20):
+        state.update({"a": i, "b": -i})
+    state.close()
+    again = State.open(tmp_path / "s.db", journal_size=5)
+    opened.append(again)
+    assert [m.seq for m in again.mutations_since(18)] == [19, 19, 20, 20]
+    assert again.cursor == 20
+    assert again.get("a") == 19
+
+
+def test_a_memory_store_recovers_while_the_first_state_is_open() -> None:
+    store = MemoryStore()
+    first = State(store=store)
+    first.set("a", 1, writer="w")
+    second = State(store=store)
+    assert snap(second) == snap(first)
+    second.set("a", 2)
+    # The first state no longer owns the store: its next commit collides and is refused.
+    with pytest.raises(StoreError):
+        first.set("b", 1)
+    with pytest.raises(StoreError):
+        first.set("c", 1)
+    assert first.get("c") is None
+    assert State(store=store).get("a") == 2
+
+
+@pytest.mark.parametrize("write", ["set", "update"])
+def test_a_commit_the_memory_store_refuses_is_not_applied(write: str) -> None:
+    store = MemoryStore()
+    first = State(store=store)
+    first.set("a", 1)
+    State(store=store).set("a", 2)  # a second State now owns the store
+    before, cursor = snap(first), first.cursor
+    refused: Callable[[], object] = (
+        (lambda: first.set("b", 1)) if write == "set" else (lambda: first.update({"b": 1}))
+    )
+    with pytest.raises(StoreError):
+        refused()
+    assert first.get("b") is None
+    assert first.cursor == cursor
+    assert snap(first) == before
+
+
+# -- random histories, recovered and replayed -----------------------------------------------
+
+KEYS = ["a", "b", "c", "d:e"]
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63, max_value=2**90)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([-0.0, 0.0, 1e300, -1e300, 5e-324, 1.0, 0.1 + 0.2])
+    | st.text(max_size=8)
+    | st.sampled_from(["\u2028", "\u2029", "\U0001f600", "a\x00b", '"\\/', "é"])
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+provenances = st.fixed_dictionaries(
+    {
+        "source": st.sampled_from(["user", "llm", "tool", "syst\u00e8me \U0001f916"]),
+        "writer": st.none() | st.text(min_size=1, max_size=6),
+        "confidence": st.none() | st.floats(min_value=0, max_value=1) | st.just(1),
+        "meta": st.none() | st.dictionaries(st.text(max_size=4), json_values, max_size=2),
+    }
+)
+ops = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(KEYS), json_values, provenances),
+    st.tuples(
+        st.just("update"),
+        st.dictionaries(st.sampled_from(KEYS), json_values, max_size=3),
+        st.lists(st.sampled_from(KEYS), max_size=2),
+        provenances,
+    ),
+    st.tuples(st.just("remove"), st.sampled_from(KEYS)),
+    st.tuples(st.just("rename"), st.sampled_from(KEYS), st.sampled_from(KEYS), st.booleans()),
+)
+
+
+def apply(state: State, op: tuple[Any, ...]) -> None:
+    kind = op[0]
+    with contextlib.suppress(MissingKeyError, KeyExistsError, StateValueError):
+        if kind == "set":
+            state.set(op[1], op[2], **op[3])
+        elif kind == "update":
+            state.update(op[1], remove=op[2], **op[3])
+        elif kind == "remove":
+            state.remove(op[1])
+        else:
+            state.rename(op[1], op[2], overwrite=op[3])
+
+
+@settings(max_examples=40, deadline=None)
+@given(history=st.lists(ops, max_size=25), durability=st.sampled_from(["batch", "sync"]))
+def test_random_histories_recover_and_replay_exactly(
+    history: list[tuple[Any, ...]], durability: str
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "h.db"
+        state = State.open(path, durability=durability)  # type: ignore[arg-type]
+        try:
+            seen = {0: snap(state)}
+            for op in history:
+                apply(state, op)
+                seen[state.cursor] = snap(state)
+            assert sorted(seen) == list(range(state.cursor + 1))  # one snapshot per commit
+            for seq, expected in seen.items():
+                assert snap(state.at(seq)) == expected
+        finally:
+            state.close()
+        again = State.open(path, durability=durability)  # type: ignore[arg-type]
+        try:
+            assert again.cursor == max(seen)
+            assert snap(again) == seen[again.cursor]
+            for seq, expected in seen.items():
+                assert snap(again.at(seq)) == expected
+        finally:
+            again.close()
+
+
+# -- at(seq) ---------------------------------------------------------------------------------
+
+
+def test_at_refuses_seqs_it_cannot_reach(backend: Backend) -> None:
+    state = backend.open()
+    state.set("a", 1)
+    state.set("a", 2)
+    for bad in (3, 10**9, -1, "1", 1.0, True, None):
+        with pytest.raises(HistoryError):
+            state.at(bad)  # type: ignore[arg-type]
+    with pytest.raises(HistoryError, match="no history"):
+        State().at(0)
+    with pytest.raises(LookupError):  # HistoryError is a LookupError too
+        state.at(3)
+
+
+def test_at_zero_is_empty_and_at_head_is_now(backend: Backend) -> None:
+    state = backend.open()
+    state.set("a", {"x": 1}, source="llm", confidence=0.5, meta={"m": True})
+    state.update({"b": [1], "c": "z"}, remove="a")
+    state.rename("b", "d")
+    past = state.at(0)
+    assert past.cursor == 0
+    assert past.snapshot()["entries"] == {}
+    assert snap(state.at(state.cursor)) == snap(state)
+    one = state.at(1)
+    assert one.cursor == 1
+    assert one.get("a") == {"x": 1}
+    assert one.provenance("a") == state.at(1).provenance("a")
+    assert one.keys() == ["a"]
+
+
+def test_at_returns_a_detached_state(backend: Backend) -> None:
+    state = backend.open()
+    state.set("a", 1)
+    state.set("a", 2)
+    state.flush()
+    past = state.at(1)
+    assert past.store is None
+    assert past.durable is False
+    past.set("a", 100)
+    past.set("new", 1)
+    assert past.get("a") == 100
+    assert state.get("a") == 2
+    assert state.get("new") is None
+    assert state.cursor == 2
+    assert state.at(1).get("a") == 1
+    if backend.kind != "memory":
+        state.flush()
+        assert max_seq(backend.path) == 2
+    again = backend.reopen(state)
+    assert again.get("a") == 2
+    assert again.get("new") is None
+
+
+def test_at_after_close_is_not_reported_as_damage(tmp_path: Path, opened: list[State]) -> None:
+    state = open_file(tmp_path / "s.db", opened)
+    state.set("a", 1)
+    state.set("a", 2)
+    state.close()
+    with contextlib.suppress(StoreClosedError):  # refusing plainly would be fine too
+        assert state.at(1).get("a") == 1
+
+
+# -- compaction ------------------------------------------------------------------------------
+
+
+def test_compact_then_reopen_is_exact(backend: Backend) -> None:
+    state = backend.open()
+    for i in range(5):
+        state.update({"a": i, f"k{i}": [i]}, writer="w", meta={"i": i})
+    state.remove("k0")
+    at_compaction = snap(state)
+    seq = state.compact()
+    assert seq == state.cursor == 6
+    state.set("a", "later", source="llm")
+    state.rename("k1", "k9")
+    later = snap(state)
+    if backend.kind != "memory":
+        state.flush()
+        with closing(sqlite3.connect(backend.path)) as conn:
+            assert conn.execute("SELECT seq FROM base").fetchall() == [(6,)]
+            assert conn.execute("SELECT seq FROM commits ORDER BY seq").fetchall() == [(7,), (8,)]
+
+    again = backend.reopen(state)
+    assert again.cursor == 8
+    assert snap(again) == later
+    assert snap(again.at(6)) == at_compaction
+    assert snap(again.at(8)) == later
+    assert again.at(7).get("a") == "later"
+    with pytest.raises(HistoryError, match="compaction"):
+        again.at(5)
+    with pytest.raises(HistoryError):
+        again.at(0)
+    # The journal after the compaction point survives; before it, the cursor has expired.
+    assert [m.seq for m in again.mutations_since(6)] == [7, 8, 8]
+    again.set("z", 1)
+    assert backend.reopen(again).cursor == 9
+
+
+def test_compact_twice_and_compact_an_empty_state(backend: Backend) -> None:
+    state = backend.open()
+    assert state.compact() == 0
+    state.set("a", 1)
+    assert state.compact() == 1
+    state.set("b", 2)
+    assert state.compact() == 2
+    assert state.compact() == 2
+    again = backend.reopen(state)
+    assert again.cursor == 2
+    assert again.pick("a", "b") == {"a": 1, "b": 2}
+    assert again.entry("a") == state.entry("a")
+    assert snap(again.at(2)) == snap(state)
+    with pytest.raises(HistoryError):
+        again.at(1)
+
+
+# -- durability ------------------------------------------------------------------------------
+
+
+def test_sync_durability_is_on_disk_when_set_returns(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    state = open_file(path, opened, "sync")
+    for i in range(1, 6):
+        state.set("a", i)
+        assert max_seq(path) == i
+    state.update({"b": 1, "c": 2})
+    assert max_seq(path) == 6
+    with state.transaction():
+        state.set("d", 1)
+    assert max_seq(path) == 7
+
+
+def test_batch_durability_is_on_disk_after_flush(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    state = open_file(path, opened, "batch")
+    for i in range(50):
+        state.set("a", i)
+    state.flush()
+    assert max_seq(path) == 50
+    state.flush()  # nothing queued: returns at once
+    assert max_seq(path) == 50
+
+
+def test_close_refuses_writes_and_keeps_reads(backend: Backend) -> None:
+    state = backend.open()
+    state.set("a", 1, writer="w")
+    state.set("b", [1])
+    cursor, before = state.cursor, snap(state)
+    state.close()
+    state.close()  # idempotent
+    for write in (
+        lambda: state.set("a", 2),
+        lambda: state.set("new", 2),
+        lambda: state.update({"a": 3}),
+        lambda: state.remove("b"),
+        lambda: state.rename("a", "z"),
+        lambda: state.modify("a", 0, lambda v: v + 1),
+        lambda: state.clear_prefix(""),
+    ):
+        with pytest.raises(StoreClosedError):
+            write()
+    with pytest.raises(StoreClosedError), state.transaction():
+        state.set("a", 5)
+    assert state.get("a") == 1
+    assert state.get("new") is None
+    assert state.get("b") == [1]
+    assert state.cursor == cursor
+    assert snap(state) == before
+    assert state.keys() == ["a", "b"]
+    assert state.provenance("a") is not None
+    state.flush()  # nothing left to write: fine after close
+    again = backend.reopen(state)
+    assert snap(again) == before
+
+
+def test_context_manager_closes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with State.open(path, durability="batch") as state:
+        state.set("a", 1)
+    with pytest.raises(StoreClosedError):
+        state.set("a", 2)
+    assert max_seq(path) == 1
+    with State.open(path) as again:
+        assert again.get("a") == 1
+
+
+def test_close_checkpoints_the_wal_so_the_main_file_alone_recovers(
+    tmp_path: Path, durability: str
+) -> None:
+    path = tmp_path / "s.db"
+    state = State.open(path, durability=durability)  # type: ignore[arg-type]
+    for i in range(30):
+        state.update({"a": i, f"k{i % 4}": {"i": [i, -0.0]}}, source="llm", confidence=0.5)
+    expected = snap(state)
+    state.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    moved = tmp_path / "moved" / "copy.db"
+    moved.parent.mkdir()
+    shutil.copyfile(path, moved)
+    with State.open(moved) as again:
+        assert again.cursor == 30
+        assert snap(again) == expected
+
+
+def test_a_main_file_copied_while_open_is_a_consistent_prefix(
+    tmp_path: Path, opened: list[State]
+) -> None:
+    path = tmp_path / "s.db"
+    state = open_file(path, opened)
+    seen = {0: snap(state)}
+    for i in range(40):
+        state.update({"a": i, "b": [i]})
+        seen[state.cursor] = snap(state)
+    state.flush()  # in the WAL, maybe not yet in the main file
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(path, copy)
+    with State.open(copy) as again:
+        assert again.cursor <= 40
+        assert snap(again) == seen[again.cursor]
+
+
+# -- a store that can no longer write --------------------------------------------------------
+
+
+def test_two_writers_on_one_file_fail_the_second(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    first = open_file(path, opened)
+    second = open_file(path, opened)
+    first.set("a", 1)
+    first.flush()
+    second.set("b", 2)  # seq 1 again: its insert collides on the writer thread
+    with pytest.raises(StoreError, match=r"s\.db") as info:
+        second.flush()
+    assert not isinstance(info.value, StoreClosedError)
+    store = second.store
+    assert store is not None
+    assert isinstance(store.error, StoreError)
+    cursor, before = second.cursor, snap(second)
+    with pytest.raises(StoreError, match=r"s\.db"):
+        second.set("c", 3)
+    with pytest.raises(StoreError, match=r"s\.db"):
+        second.update({"c": 3, "b": 4})
+    with pytest.raises(StoreError, match=r"s\.db"):
+        second.remove("b")
+    with pytest.raises(StoreError), second.transaction():
+        second.set("c", 3)
+    assert second.get("c") is None
+    assert second.get("b") == 2
+    assert second.cursor == cursor
+    assert snap(second) == before
+    with pytest.raises(StoreError):
+        second.close()
+    # The first writer is unaffected, and the file holds only its commits.
+    first.set("a", 2)
+    first.close()
+    with State.open(path) as again:
+        assert again.cursor == 2
+        assert again.keys() == ["a"]
+        assert again.get("a") == 2
+
+
+def test_two_writers_with_sync_durability(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    first = open_file(path, opened, "sync")
+    second = open_file(path, opened, "sync")
+    first.set("a", 1)
+    with pytest.raises(StoreError, match=r"s\.db"):
+        second.set("b", 2)
+    cursor = second.cursor
+    with pytest.raises(StoreError, match=r"s\.db"):
+        second.set("c", 3)
+    assert second.get("c") is None
+    assert second.cursor == cursor
+    with pytest.raises(StoreError):
+        second.flush()
+    first.close()
+    with State.open(path) as again:
+        assert again.keys() == ["a"]
+
+
+@pytest.mark.parametrize("value", ["\ud800", 10**5000], ids=["lone-surrogate", "huge-int"])
+def test_a_value_the_store_cannot_encode_is_refused_up_front(
+    tmp_path: Path, opened: list[State], value: Any
+) -> None:
+    state = open_file(tmp_path / "s.db", opened, "sync")
+    state.set("ok", 1)
+    with contextlib.suppress(StateValueError):
+        state.set("bad", value)
+    state.set("ok", 2)  # the store must still work
+    state.flush()
+    assert state.get("ok") == 2
+
+
+@pytest.mark.parametrize("write", ["set", "update"])
+def test_an_int_too_long_for_json_is_refused_naming_the_key(
+    tmp_path: Path, opened: list[State], write: str
+) -> None:
+    state = open_file(tmp_path / "s.db", opened)
+    state.set("ok", 1)
+    before, cursor = snap(state), state.cursor
+    refused: Callable[[], object] = (
+        (lambda: state.set("huge", 10**5000))
+        if write == "set"
+        else (lambda: state.update({"ok": 2, "huge": 10**5000}))
+    )
+    with pytest.raises(StateValueError, match=r"'huge'.*cannot be stored in .*s\.db"):
+        refused()
+    assert snap(state) == before
+    assert state.cursor == cursor
+    state.close()
+    assert snap(State.open(tmp_path / "s.db")) == before
+
+
+def test_a_lone_surrogate_round_trips(tmp_path: Path, opened: list[State]) -> None:
+    state = open_file(tmp_path / "s.db", opened)
+    state.set("odd", "caf\u00e9 \ud800 \U0001f600")
+    state.close()
+    assert open_file(tmp_path / "s.db", opened).get("odd") == "caf\u00e9 \ud800 \U0001f600"
+
+
+# -- bad arguments and foreign files ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["memory", "fast", None])
+def test_sqlite_store_refuses_other_durabilities(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(StoreError, match="durability"):
+        SQLiteStore(tmp_path / "s.db", durability=bad)
+    with pytest.raises(StoreError, match="durability"):
+        State.open(tmp_path / "s.db", durability=bad)
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_state_refuses_a_store_that_is_not_one() -> None:
+    with pytest.raises(TypeError, match="Store"):
+        State(store=object())  # type: ignore[arg-type]
+
+
+def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users VALUES (1, 'ann')")
+        conn.commit()
+    with pytest.raises(StoreCorruptError) as info:
+        State.open(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(StoreCorruptError):
+        SQLiteStore(path)
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT name FROM users").fetchall() == [("ann",)]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"users"}  # nothing was created in it
+
+
+def test_a_foreign_sqlite_file_is_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+        conn.commit()
+    with pytest.raises(StoreCorruptError):
+        State.open(path)
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+def test_a_store_from_a_newer_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with State.open(path) as state:
+        state.set("a", 1)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE name = 'version'", (str(STORE_FORMAT_VERSION + 1),)
+        )
+        conn.commit()
+    with pytest.raises(StoreCorruptError, match="newer") as info:
+        State.open(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_directory_is_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as info:
+        State.open(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+# -- workflow checkpoints --------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def checkpoints(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    store = SQLiteStore(tmp_path / "c.db")
+    yield store
+    store.close()
+
+
+def test_checkpoints_round_trip(checkpoints: Any) -> None:
+    assert isinstance(checkpoints, CheckpointStore)
+    assert checkpoints.load_checkpoint("wf") is None
+    checkpoints.save_checkpoint("wf", '{"step": 1, "text": "\u2028\U0001f600"}')
+    checkpoints.save_checkpoint("other", "[]")
+    assert checkpoints.load_checkpoint("wf") == '{"step": 1, "text": "\u2028\U0001f600"}'
+    checkpoints.save_checkpoint("wf", '{"step": 2}')
+    assert checkpoints.load_checkpoint("wf") == '{"step": 2}'
+    checkpoints.delete_checkpoint("wf")
+    assert checkpoints.load_checkpoint("wf") is None
+    checkpoints.delete_checkpoint("wf")  # already gone: fine
+    checkpoints.delete_checkpoint("never-saved")
+    assert checkpoints.load_checkpoint("other") == "[]"
+
+
+def test_sqlite_checkpoints_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    with State.open(path) as state:
+        state.set("a", 1)
+        store = state.store
+        assert isinstance(store, SQLiteStore)
+        store.save_checkpoint("wf", '{"done": ["x"]}')
+        store.save_checkpoint("gone", "{}")
+        store.delete_checkpoint("gone")
+    with pytest.raises(StoreClosedError):
+        store.load_checkpoint("wf")
+    with pytest.raises(StoreClosedError):
+        store.save_checkpoint("wf", "{}")
+    with State.open(path) as again:
+        store = again.store
+        assert isinstance(store, SQLiteStore)
+        assert store.load_checkpoint("wf") == '{"done": ["x"]}'
+        assert store.load_checkpoint("gone") is None
+        assert again.get("a") == 1
+
+
+def test_memory_store_copy_is_a_restart_point() -> None:
+    store = MemoryStore()
+    state = State(store=store)
+    state.set("a", 1)
+    store.save_checkpoint("wf", "{}")
+    twin = store.copy()
+    state.set("a", 2)
+    restarted = State(store=twin)
+    assert restarted.get("a") == 1
+    assert twin.load_checkpoint("wf") == "{}"
+    restarted.set("b", 1)
+    assert state.get("b") is None
+
+
+# -- layering --------------------------------------------------------------------------------
+
+LAYERS = ["errors", "stores", "state", "resolve", "flow", "conversation", "orchestrate", "testing"]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """The absolute slateflow modules ``module`` imports at run time (anywhere, functions
+    included), leaving out imports under ``if TYPE_CHECKING:``."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and _is_type_checking(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "slateflow")
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1])
+                    target = f"{base}.{node.module}" if node.module else base
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] == "slateflow":
+                    if node.module is None:
+                        found.update(f"{target}.{a.name}" for a in node.names)
+                    else:
+                        found.add(target)
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    visit([child])
+                elif isinstance(child, ast.ExceptHandler | ast.match_case):
+                    visit(child.body)
+
+    visit(ast.parse(source).body)
+    return found
+
+
+def test_runtime_imports_helper() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import typing\n"
+        "from ..errors import X\n"
+        "from . import sibling\n"
+        "from .sub import y\n"
+        "import slateflow.flow\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..resolve import Session\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    from ..flow import F\n"
+        "else:\n"
+        "    from ..testing import T\n"
+        "def f():\n"
+        "    from ..orchestrate import O\n"
+        "class C:\n"
+        "    try:\n"
+        "        from ..conversation import Z\n"
+        "    except ImportError:\n"
+        "        pass\n"
+    )
+    found = runtime_imports(source, "slateflow.state.mod", is_package=False)
+    assert found == {
+        "slateflow.errors",
+        "slateflow.state.sibling",
+        "slateflow.state.sub",
+        "slateflow.flow",
+        "slateflow.testing",
+        "slateflow.orchestrate",
+        "slateflow.conversation",
+    }
+    assert runtime_imports("from .. import errors", "slateflow.stores", is_package=True) == {
+        "slateflow.errors"
+    }
+
+
+def layer_modules() -> list[tuple[str, Path]]:
+    out = [("errors", SRC / "errors.py")]
+    for layer in LAYERS[1:]:
+        files = sorted((SRC / layer).rglob("*.py"))
+        assert files, f"no modules in layer {layer}"
+        out.extend((layer, f) for f in files)
+    return out
+
+
+def test_a_lower_layer_never_imports_a_higher_one() -> None:
+    problems = []
+    for layer, path in layer_modules():
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        is_package = rel.name == "__init__"
+        module = ".".join(rel.parent.parts if is_package else rel.parts)
+        for target in sorted(runtime_imports(path.read_text("utf-8"), module, is_package)):
+            parts = target.split(".")
+            top = parts[1] if len(parts) > 1 else ""
+            if top not in LAYERS or LAYERS.index(top) > LAYERS.index(layer):
+                problems.append(f"{module} ({layer}) imports {target}")
+    assert problems == []
+
+
+def test_stores_import_only_errors_and_themselves() -> None:
+    for path in sorted((SRC / "stores").glob("*.py")):
+        is_package = path.name == "__init__.py"
+        module = "slateflow.stores" + ("" if is_package else f".{path.stem}")
+        for target in runtime_imports(path.read_text("utf-8"), module, is_package):
+            assert target == "slateflow.errors" or target.startswith("slateflow.stores"), (
+                f"{module} imports {target}"
+            )
