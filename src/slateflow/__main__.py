@@ -1,4 +1,5 @@
-"""Command line: ``python -m slateflow demo`` (also installed as the ``slateflow`` script)."""
+"""Command line: ``python -m slateflow demo [--db PATH]`` and ``python -m slateflow replay PATH``
+(also installed as the ``slateflow`` script)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"slateflow {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("demo", help="narrate a voice-agent booking call on the State")
+    demo = commands.add_parser("demo", help="narrate a voice-agent booking call on the State")
+    demo.add_argument(
+        "--db",
+        metavar="PATH",
+        help="run the call on a durable state in PATH instead: it drops mid-call; run the same "
+        "command again to resume it",
+    )
+    from .replay import add_arguments
+
+    add_arguments(
+        commands.add_parser("replay", help="print the timeline of a durable state's commits")
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
+        if args.db is not None:
+            import anyio
+
+            from .demo_durable import run_durable_demo
+
+            anyio.run(run_durable_demo, args.db, print)
+            return 0
         from .demo import run
 
         run()
         return 0
+    if args.command == "replay":
+        from .replay import run as replay
+
+        return replay(args)
     parser.print_help()
     return 2
 
