@@ -102,6 +102,8 @@ class SQLiteStore:
         self.error: Exception | None = None
         self._queue: deque[_Encoded | _Compact] = deque()
         self._wake = threading.Event()
+        # Set by a caller waiting for durability (flush, sync): the writer stops lingering.
+        self._hurry = threading.Event()
         self._done = threading.Condition()
         self._appended = 0
         self._durable = 0
@@ -309,7 +311,9 @@ class SQLiteStore:
             self._wake.wait()
             self._wake.clear()
             if self.max_delay and not self._closing:
-                time.sleep(self.max_delay)  # let a burst of commits share one transaction
+                # Let a burst of commits share one transaction, unless someone is waiting.
+                self._hurry.wait(self.max_delay)
+            self._hurry.clear()
             if not queue:
                 if self._closing:
                     return
@@ -375,6 +379,7 @@ class SQLiteStore:
         target = self._appended if seq is None else seq
         if self._durable >= target:
             return
+        self._hurry.set()
         with self._done:
             while self._durable < target:
                 if self.error is not None and not isinstance(self.error, StoreClosedError):
