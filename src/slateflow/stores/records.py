@@ -143,14 +143,35 @@ def decode_changes(text: object, seq: int) -> tuple[ChangeRow, ...]:
         raise _bad(where, "its changes are not a non-empty array")
     out = []
     for row in rows:
+        # The checks of the slow path below, inlined for the rows that pass them (recovery
+        # reads every commit of a file).
+        if type(row) is list and len(row) == 7:
+            key, _, version, source, writer, confidence, meta = row
+            if (
+                type(key) is str
+                and key
+                and type(version) is int
+                and version >= 0
+                and type(source) is str
+                and source
+                and (writer is None or (type(writer) is str and writer))
+                and (confidence is None or _confidence_ok(confidence))
+                and (meta is None or type(meta) is dict)
+            ):
+                out.append(tuple(row))
+                continue
         if type(row) is not list or len(row) != 7:
             raise _bad(where, f"a change is {row!r:.80}, not a 7-item array")
         key, version = row[0], row[2]
         _text(key, where, "a key")
         _int(version, f"{where}, key {key!r}", "the version", 0)
         _stamp_parts(row, f"{where}, key {key!r}")
-        out.append(tuple(row))
+        raise _bad(where, f"a change is {row!r:.80}")  # unreachable: a check above failed
     return tuple(out)
+
+
+def _confidence_ok(confidence: object) -> bool:
+    return type(confidence) in (int, float) and 0 <= confidence <= 1  # type: ignore[operator]
 
 
 def decode_entries(text: object, seq: int) -> list[EntryRow]:
