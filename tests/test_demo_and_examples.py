@@ -31,6 +31,7 @@ DOC_PAGES = [
     "docs/conversation.md",
     "docs/orchestration.md",
     "docs/durability.md",
+    "docs/replay.md",
     "docs/errors.md",
 ]
 
@@ -355,7 +356,7 @@ def test_durable_demo_drops_the_call_and_resumes_it(tmp_path: Path) -> None:
             "the line drops here, with availability 'running'",
         ],
     )
-    assert "caller: \"Yes, that is right.\"" not in first
+    assert 'caller: "Yes, that is right."' not in first
     assert_in_order(
         second,
         [
@@ -376,3 +377,15 @@ def test_durable_demo_drops_the_call_and_resumes_it(tmp_path: Path) -> None:
     assert "is complete; nothing to resume" in third
     assert "book_table ran 1 time(s)" in third
     assert state.get("booking:time") == "19:30"
+
+
+def test_cli_demo_with_a_database_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "call.db")
+    assert main(["demo", "--db", path]) == 0
+    assert "Run the same command again to resume the call." in capsys.readouterr().out
+    assert main(["demo", "--db", path]) == 0
+    assert "book_table ran 1 time(s)" in capsys.readouterr().out
+    assert main(["replay", path, "--key", "booking:confirmed"]) == 0
+    assert "booking:confirmed  (new) -> true" in capsys.readouterr().out
