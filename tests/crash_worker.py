@@ -128,13 +128,15 @@ def run_flow(
     acks: str,
     kill_after: float | None = None,
     durability: Durability = "batch",
+    backend: str = "asyncio",
 ) -> None:
-    """Run (or resume) the flow in ``db``; with ``kill_after``, die by SIGKILL that soon."""
+    """Run (or resume) the flow in ``db`` on ``backend``; with ``kill_after``, die by SIGKILL
+    that soon."""
     if kill_after is not None:
         timer = threading.Timer(kill_after, os.kill, (os.getpid(), signal.SIGKILL))
         timer.daemon = True
         timer.start()
-    anyio.run(_drive, db, effects, acks, durability)
+    anyio.run(_drive, db, effects, acks, durability, backend=backend)
 
 
 def final_values(db: str) -> dict[str, Any]:
@@ -153,7 +155,7 @@ def final_values(db: str) -> dict[str, Any]:
 # -- the checker (runs in the parent) ------------------------------------------------------------
 
 _ctx = multiprocessing.get_context("forkserver")
-_ctx.set_forkserver_preload(["slateflow", "crash_worker"])
+_ctx.set_forkserver_preload(["slateflow", "crash_worker", "trio"])
 
 
 def process(*args: Any, timeout: float = 60.0) -> int | None:
@@ -226,12 +228,15 @@ def crash_and_resume(
     Returns what happened: killed (0/1), killed mid-flow (0/1), resolvers run twice."""
     rng = random.Random(seed)
     durability: Durability = "sync" if seed % 5 == 0 else "batch"
+    # Killed on one event loop, resumed on the other: the file is all that carries over.
+    first, then = ("trio", "asyncio") if seed % 2 else ("asyncio", "trio")
     db, effects, acks = where / "run.db", where / "effects.db", where / "acks"
-    code = process(str(db), str(effects), str(acks), rng.uniform(0.0, seconds), durability)
+    kill_after = rng.uniform(0.0, seconds)
+    code = process(str(db), str(effects), str(acks), kill_after, durability, first)
     assert code in (0, -signal.SIGKILL), f"worker exited with {code}"
     finished = check_crashed(db, acks, effects)
 
-    assert process(str(db), str(effects), str(acks), None, durability) == 0
+    assert process(str(db), str(effects), str(acks), None, durability, then) == 0
     assert final_values(str(db)) == expected, f"seed {seed}: the resumed run ended elsewhere"
     ran = counts(str(effects))
     for i in RESOLVED:

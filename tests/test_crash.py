@@ -3,8 +3,9 @@ points, then resumed in a new process.
 
 Each run forks a worker (``crash_worker.run_flow``) from a forkserver that has slateflow
 preloaded; the worker arms a timer that SIGKILLs it a random time into the flow (anywhere from
-before the State is open to after the flow completed). Then ``crash_worker.crash_and_resume``
-checks:
+before the State is open to after the flow completed); it is resumed in a new process on the
+other event loop (killed on asyncio, resumed on trio, or the reverse). Then
+``crash_worker.crash_and_resume`` checks:
 
 - the file a kill leaves is a consistent state: every resolver marked done has its result from
   the same commit (no half-applied batch), and every write the worker was told is durable is
