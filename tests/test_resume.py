@@ -291,16 +291,22 @@ async def test_session_resume_redispatches_what_was_in_flight_and_nothing_else()
         assert session.resume() == []  # nothing left
 
 
-@pytest.mark.anyio
-async def test_session_resume_refuses_a_missing_resolver_and_starts_nothing() -> None:
-    clock, effects = ManualClock(), Effects()
+async def two_in_flight(clock: ManualClock) -> MemoryStore:
+    """What a process killed with two dispatched resolvers, weather and news, half-way leaves."""
+    effects = Effects()
     store = MemoryStore()
     state = State(store=store, clock=clock)
     async with Session(state, clock=clock) as session:
         session.dispatch(slow("weather", effects, clock))
         session.dispatch(slow("news", effects, clock))
         await clock.advance(1)
-        crashed = store.copy()
+        return store.copy()
+
+
+@pytest.mark.anyio
+async def test_session_resume_refuses_a_missing_resolver_and_starts_nothing() -> None:
+    clock = ManualClock()
+    crashed = await two_in_flight(clock)
     again = Effects()
     state2 = State(store=crashed, clock=clock)
     async with Session(state2, clock=clock) as session:
@@ -314,14 +320,8 @@ async def test_session_resume_refuses_a_missing_resolver_and_starts_nothing() ->
 
 @pytest.mark.anyio
 async def test_session_resume_abandon_marks_the_unknown_ones_cancelled() -> None:
-    clock, effects = ManualClock(), Effects()
-    store = MemoryStore()
-    state = State(store=store, clock=clock)
-    async with Session(state, clock=clock) as session:
-        session.dispatch(slow("weather", effects, clock))
-        session.dispatch(slow("news", effects, clock))
-        await clock.advance(1)
-        crashed = store.copy()
+    clock = ManualClock()
+    crashed = await two_in_flight(clock)
     again = Effects()
     state2 = State(store=crashed, clock=clock)
     async with Session(state2, clock=clock) as session:

@@ -146,6 +146,15 @@ async def run_step(
     return outcome
 
 
+def _unique_ids(checked: list[AgentStepSpec], where: str, why: str) -> None:
+    ids = [s.task_id for s in checked]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        raise OrchestrationError(
+            f"{where}: task ids must be unique ({why}); repeated: {', '.join(dupes)}"
+        )
+
+
 async def execute_parallel(
     executor: AgentExecutor,
     specs: Iterable[AgentStepSpec],
@@ -155,13 +164,7 @@ async def execute_parallel(
     """Run ``specs`` at once, at most ``concurrency_hint`` at a time; the outcomes come back in
     the order of ``specs``, each step succeeding or failing on its own."""
     checked = _check_specs(specs, "execute_parallel")
-    ids = [s.task_id for s in checked]
-    if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        raise OrchestrationError(
-            f"execute_parallel: task ids must be unique (their outcomes share keys); "
-            f"repeated: {', '.join(dupes)}"
-        )
+    _unique_ids(checked, "execute_parallel", "their outcomes share keys")
     outcomes: list[StepOutcome | None] = [None] * len(checked)
     if not checked:
         return []

@@ -13,7 +13,7 @@ from ..errors import CheckpointError, OrchestrationError
 from ..state import State
 from ..stores.base import CheckpointStore
 from .checkpoint import WorkflowCheckpoint, WorkflowStepRecord, spec_digest
-from .combinators import _check_specs, _limit, run_step
+from .combinators import _check_specs, _limit, _unique_ids, run_step
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
 
 __all__ = ["execute_parallel_resumable"]
@@ -55,13 +55,7 @@ async def execute_parallel_resumable(
     run (not the reused ones) as ``execute_parallel`` does. Outcomes come back in input order.
     """
     checked = _check_specs(specs, _WHERE)
-    ids = [s.task_id for s in checked]
-    if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        raise OrchestrationError(
-            f"{_WHERE}: task ids must be unique (a checkpoint keeps steps by task id); "
-            f"repeated: {', '.join(dupes)}"
-        )
+    _unique_ids(checked, _WHERE, "a checkpoint keeps steps by task id")
     if not isinstance(workflow_id, str) or not workflow_id:
         raise OrchestrationError(
             f"{_WHERE}: workflow_id must be a non-empty string naming the run to resume, "
