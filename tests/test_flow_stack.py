@@ -58,6 +58,7 @@ from slateflow.flow import (
     reprompt_key,
 )
 from slateflow.resolve.clock import settle
+from slateflow.stores import MemoryStore
 from slateflow.testing import fake_fetch
 
 TOOLS = ["check_tables", "book_table", "lookup_hours", "transfer"]
@@ -569,8 +570,10 @@ async def test_a_digression_complete_on_its_entry_turn_is_spoken_for_that_turn()
 
 
 @pytest.mark.anyio
-async def test_the_same_digression_entered_twice_gets_a_fresh_runner() -> None:
-    state = State()
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+async def test_the_same_digression_entered_twice_gets_a_fresh_runner(durable: bool) -> None:
+    # On a durable state the first run's recorded marking must not complete the second one.
+    state = State(store=MemoryStore()) if durable else State()
     asked = Count("faq_opened")
     faq = side("faq", on_enter=run(asked.resolver), done_key="turn:answered")
     async with Session(state, clock=ManualClock()) as session:

@@ -305,7 +305,9 @@ class FlowRunner:
     One runner per flow name per State at a time.
 
     Keys it writes (source ``"flow"``, writer the flow's name): ``flow:{name}:active`` and
-    ``flow:{name}:done`` (step ids, in flow order) and ``flow:{name}:complete``.
+    ``flow:{name}:done`` (step ids, in flow order) and ``flow:{name}:complete``; on a State with
+    a store also ``flow:{name}:marking``, which a runner started later on a recovered State
+    resumes from (``resume=False`` starts over instead, as a digression entered again does).
     """
 
     def __init__(
@@ -315,6 +317,7 @@ class FlowRunner:
         *,
         session: Session | None = None,
         enforcement: Enforcement | str = Enforcement.ENFORCE,
+        resume: bool = True,
     ) -> None:
         if not isinstance(flow, Flow):
             raise TypeError(f"FlowRunner needs a Flow, got {type(flow).__name__}")
@@ -394,7 +397,7 @@ class FlowRunner:
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
         try:
             with self._lock, self._committed():
-                record = state.get(self._keys[3]) if self._durable else None
+                record = state.get(self._keys[3]) if self._durable and resume else None
                 if record is not None:
                     self._restore(record, state.get(self._keys[1], []))
                 for i in range(n):

@@ -243,8 +243,14 @@ class StackRunner:
             else:
                 # Built before the main flow is suspended: if it cannot start (a flow of that
                 # name already runs on the State), the main flow goes on as it was.
+                # A digression starts afresh each time (resume=False): on a durable State the
+                # marking its last run left must not complete it at once.
                 runner = FlowRunner(
-                    d.flow, self.state, session=self.session, enforcement=self.enforcement
+                    d.flow,
+                    self.state,
+                    session=self.session,
+                    enforcement=self.enforcement,
+                    resume=False,
                 )
                 runner._entered_this_turn()
                 self.main.suspend()
