@@ -6,8 +6,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +29,7 @@ from slateflow.errors import (
     StoreCorruptError,
     StoreError,
 )
+from slateflow.replay import replay
 from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
 from slateflow.stores.sqlite import STORE_FORMAT_VERSION
 
@@ -644,60 +648,133 @@ def test_a_main_file_copied_while_open_is_a_consistent_prefix(
 # -- a store that can no longer write --------------------------------------------------------
 
 
-def test_two_writers_on_one_file_fail_the_second(tmp_path: Path, opened: list[State]) -> None:
+def test_a_store_that_cannot_write_refuses_every_later_write(
+    tmp_path: Path, opened: list[State]
+) -> None:
     path = tmp_path / "s.db"
     first = open_file(path, opened)
-    second = open_file(path, opened)
     first.set("a", 1)
     first.flush()
-    second.set("b", 2)  # seq 1 again: its insert collides on the writer thread
+    # Something else writes the file behind the store's back (a second writer on a system
+    # without flock, a restored backup): the next commit collides on the writer thread.
+    with closing(sqlite3.connect(path)) as intruder:
+        intruder.execute(
+            "INSERT INTO commits VALUES (2, 1, 'set', ?)", ('[["x",1,1,"user",null,null,null]]',)
+        )
+        intruder.commit()
+    first.set("b", 2)
     with pytest.raises(StoreError, match=r"s\.db") as info:
-        second.flush()
+        first.flush()
     assert not isinstance(info.value, StoreClosedError)
-    store = second.store
+    store = first.store
     assert store is not None
     assert isinstance(store.error, StoreError)
-    cursor, before = second.cursor, snap(second)
+    cursor, before = first.cursor, snap(first)
     with pytest.raises(StoreError, match=r"s\.db"):
-        second.set("c", 3)
+        first.set("c", 3)
     with pytest.raises(StoreError, match=r"s\.db"):
-        second.update({"c": 3, "b": 4})
+        first.update({"c": 3, "b": 4})
     with pytest.raises(StoreError, match=r"s\.db"):
-        second.remove("b")
-    with pytest.raises(StoreError), second.transaction():
-        second.set("c", 3)
-    assert second.get("c") is None
-    assert second.get("b") == 2
-    assert second.cursor == cursor
-    assert snap(second) == before
+        first.remove("b")
+    with pytest.raises(StoreError), first.transaction():
+        first.set("c", 3)
+    assert first.get("c") is None
+    assert first.get("b") == 2
+    assert first.cursor == cursor
+    assert snap(first) == before
     with pytest.raises(StoreError):
-        second.close()
-    # The first writer is unaffected, and the file holds only its commits.
-    first.set("a", 2)
-    first.close()
+        first.close()
+    # Reopening recovers what is on disk: the first commit and the intruder's.
     with State.open(path) as again:
         assert again.cursor == 2
-        assert again.keys() == ["a"]
+        assert again.keys() == ["a", "x"]
+
+
+def test_a_second_writer_is_refused_at_open(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    first = open_file(path, opened)
+    first.set("a", 1)
+    with pytest.raises(StoreError, match=r"s\.db.* open for writing by another State") as info:
+        State.open(path)
+    assert str(os.getpid()) in str(info.value)
+    first.set("a", 2)  # the first writer is unaffected
+    first.close()
+    with State.open(path) as again:  # closed: the file is free again
         assert again.get("a") == 2
 
 
-def test_two_writers_with_sync_durability(tmp_path: Path, opened: list[State]) -> None:
+def test_a_writer_in_another_process_holds_the_file_until_it_dies(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from slateflow import State; s = State.open(sys.argv[1]); "
+            "s.set('a', 1); s.flush(); print('open', flush=True); sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "open\n"
+            with pytest.raises(StoreError, match=f"process {holder.pid}"):
+                State.open(path)
+            assert replay(path)[-1] == "  a  (new) -> 1  v1  user"  # reading is fine
+        finally:
+            holder.kill()  # SIGKILL: no close, no cleanup
+            holder.wait()
+    with State.open(path) as again:  # the lock died with its process
+        assert again.get("a") == 1
+
+
+def test_a_read_only_store_refuses_writes_and_leaves_the_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with State.open(path) as state:
+        state.set("a", 1)
+    before = path.read_bytes()
+    store = SQLiteStore(path, readonly=True)
+    state = State(store=store)
+    assert state.get("a") == 1
+    with pytest.raises(StoreError, match="read-only"):
+        state.set("a", 2)
+    assert state.get("a") == 1
+    assert state.at(1).get("a") == 1
+    state.close()
+    assert path.read_bytes() == before
+    with pytest.raises(StoreError, match="no store at"):
+        SQLiteStore(tmp_path / "missing.db", readonly=True)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_failed_sync_write_raises_and_refuses_the_next(
+    tmp_path: Path, opened: list[State]
+) -> None:
     path = tmp_path / "s.db"
     first = open_file(path, opened, "sync")
-    second = open_file(path, opened, "sync")
     first.set("a", 1)
+    with closing(sqlite3.connect(path)) as intruder:
+        intruder.execute(
+            "INSERT INTO commits VALUES (2, 1, 'set', ?)", ('[["x",1,1,"user",null,null,null]]',)
+        )
+        intruder.commit()
+    # Under sync durability the failure is reported by the write that met it (already applied
+    # in memory, as documented), and every later write is refused with nothing applied.
     with pytest.raises(StoreError, match=r"s\.db"):
-        second.set("b", 2)
-    cursor = second.cursor
+        first.set("b", 2)
+    cursor = first.cursor
     with pytest.raises(StoreError, match=r"s\.db"):
-        second.set("c", 3)
-    assert second.get("c") is None
-    assert second.cursor == cursor
+        first.set("c", 3)
+    assert first.get("c") is None
+    assert first.cursor == cursor
     with pytest.raises(StoreError):
-        second.flush()
-    first.close()
+        first.flush()
+    with pytest.raises(StoreError):
+        first.close()
     with State.open(path) as again:
-        assert again.keys() == ["a"]
+        assert again.keys() == ["a", "x"]
 
 
 @pytest.mark.parametrize("value", ["\ud800", 10**5000], ids=["lone-surrogate", "huge-int"])

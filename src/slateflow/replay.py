@@ -290,7 +290,7 @@ def replay(
         raise StoreError(f"no store at {str(where)!r}: give the path of a State.open file")
     if start < 1 or (end is not None and end < start):
         raise StoreError(f"--from {start} --to {end} is not a range of commits (1 <= from <= to)")
-    store = SQLiteStore(where)
+    store = SQLiteStore(where, readonly=True)
     try:
         found = timeline(store, start=start, end=end, keys=list(keys), redact=list(redact))
     finally:

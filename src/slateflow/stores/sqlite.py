@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -11,6 +12,11 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import StateValueError, StoreClosedError, StoreCorruptError, StoreError
 from .base import Durability
@@ -78,8 +84,12 @@ class SQLiteStore:
     returns once its commit is on disk (``synchronous=FULL``); writers in several threads share
     one fsync. ``state.flush()`` waits for everything queued, at either level.
 
-    One process writes a file at a time. Open it through ``State.open(path)``; ``slateflow replay
-    path`` prints its timeline. Workflow checkpoints live in the same file.
+    One State writes a file at a time: the store holds an exclusive lock on ``<path>-lock``
+    (``flock``; where the OS has none, a second writer is caught when its commits collide), so a
+    second writer, in this process or another, is refused at open. The lock goes with the
+    process, however it ends. ``readonly=True`` opens without the lock and without writing
+    anything (what ``slateflow replay`` does; it may read a file another process is writing).
+    Open it through ``State.open(path)``. Workflow checkpoints live in the same file.
     """
 
     def __init__(
@@ -88,6 +98,7 @@ class SQLiteStore:
         *,
         durability: Durability = "batch",
         max_delay: float = 0.002,
+        readonly: bool = False,
     ) -> None:
         if durability not in ("batch", "sync"):
             raise StoreError(
@@ -97,6 +108,7 @@ class SQLiteStore:
         if not (type(max_delay) in (int, float) and 0 <= max_delay <= 1):
             raise StoreError(f"max_delay must be between 0 and 1 second, got {max_delay!r}")
         self.path = Path(path)
+        self.readonly = readonly
         self.durability: Durability = durability
         self.max_delay = float(max_delay) if durability == "batch" else 0.0
         self.error: Exception | None = None
@@ -110,8 +122,9 @@ class SQLiteStore:
         self._closing = False
         self._writer: threading.Thread | None = None
         self._lock = threading.Lock()  # guards the side connection (reads, checkpoints)
-        self._conn = self._connect(create=True)
+        self._owner: int | None = None  # the fd holding the writer's lock
         self._side: sqlite3.Connection | None = None
+        self._conn = self._connect(create=True)
 
     # -- connections --------------------------------------------------------------------------
 
@@ -120,30 +133,87 @@ class SQLiteStore:
         if not create and not self.path.exists():
             raise StoreError(f"no store at {where!r}")
         if create:
+            if self.readonly and not self.path.is_file():
+                raise StoreError(f"no store at {where!r}")
             self._check_header()
         try:
-            conn = sqlite3.connect(
-                where, isolation_level=None, check_same_thread=False, timeout=10.0
-            )
+            if self.readonly:
+                target = self.path.resolve().as_uri() + "?mode=ro"
+                conn = sqlite3.connect(
+                    target, uri=True, isolation_level=None, check_same_thread=False, timeout=10.0
+                )
+            else:
+                conn = sqlite3.connect(
+                    where, isolation_level=None, check_same_thread=False, timeout=10.0
+                )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {where!r}: {exc}") from None
         try:
             if create:
                 # Before any pragma: a file that is not ours must be left exactly as it was.
                 self._check_format(conn)
+                if not self.readonly:
+                    self._take_lock()
+            if self.readonly:
+                return conn
             conn.execute("PRAGMA journal_mode=WAL")
             sync = "FULL" if self.durability == "sync" else "NORMAL"
             conn.execute(f"PRAGMA synchronous={sync}")
         except StoreError:
             conn.close()
+            self._release_lock()
             raise
         except _DAMAGE as exc:
             conn.close()
+            self._release_lock()
             raise StoreCorruptError(
                 f"{where!r} is not a readable slateflow store ({exc}); restore it from a backup "
                 "or open a new file"
             ) from None
         return conn
+
+    def _take_lock(self) -> None:
+        if fcntl is None:  # no flock here: a second writer is caught when commits collide
+            return
+        lock = self._lock_path()
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(f"cannot lock store {str(self.path)!r}: {exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise StoreError(
+                    f"store {str(self.path)!r} is open for writing by another State (process "
+                    f"{holder}); one writer per file: close that one first, read this one "
+                    "with slateflow replay, or open a copy"
+                ) from None
+            # A closing owner unlinks the lock file while it still holds it: if that happened
+            # between our open and our flock, we hold a lock on a file nobody else will see.
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode("ascii"))
+        self._owner = fd
+
+    def _lock_path(self) -> Path:
+        return Path(f"{self.path}-lock")
+
+    def _release_lock(self) -> None:
+        fd, self._owner = self._owner, None
+        if fd is not None:
+            # Unlinked while still held (see _take_lock), so the store leaves no file behind;
+            # closing the descriptor then releases the flock.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._lock_path())
+            os.close(fd)
 
     def _check_header(self) -> None:
         # SQLite takes a file shorter than its header for an empty database and would write
@@ -164,6 +234,8 @@ class SQLiteStore:
     def _check_format(self, conn: sqlite3.Connection) -> None:
         where = str(self.path)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables and self.readonly:
+            raise StoreCorruptError(f"{where!r} is empty, not a slateflow store")
         if not tables:
             # One script, one transaction: a crash while creating leaves an empty file.
             conn.executescript(
@@ -282,6 +354,8 @@ class SQLiteStore:
         # Called under the State's lock, before the State applies the batch: encoded here, so
         # a value JSON cannot hold is refused with nothing applied; the I/O happens in the
         # writer thread.
+        if self.readonly:
+            raise self._readonly()
         seq, at_ns, origin, changes = commit
         try:
             text = encode_changes(changes)
@@ -394,6 +468,8 @@ class SQLiteStore:
 
     def compact(self, seq: int, entries: list[EntryRow]) -> None:
         # Queued behind every commit it summarises, so they are on disk before it replaces them.
+        if self.readonly:
+            raise self._readonly()
         job = _Compact(seq, encode_entries(entries))
         self._queue.append(job)
         if self._writer is None:
@@ -417,6 +493,7 @@ class SQLiteStore:
                 if conn is not None:
                     conn.close()
             self._side = None  # reads after close raise StoreClosedError, not "damaged"
+            self._release_lock()
         if self.error is None:
             self.error = StoreClosedError(
                 f"store {str(self.path)!r} is closed; open it again with State.open to write"
@@ -424,7 +501,14 @@ class SQLiteStore:
 
     # -- workflow checkpoints -----------------------------------------------------------------
 
+    def _readonly(self) -> StoreError:
+        return StoreError(
+            f"store {str(self.path)!r} was opened read-only; open it with State.open to write"
+        )
+
     def _side_write(self, sql: str, args: tuple[Any, ...]) -> None:
+        if self.readonly:
+            raise self._readonly()
         with self._lock:
             if self._closing:
                 raise StoreClosedError(f"store {str(self.path)!r} is closed")
