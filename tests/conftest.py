@@ -21,3 +21,19 @@ with warnings.catch_warnings():
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+# Lines a test wants in the run's summary (corpus accuracy, redaction rates): see report().
+_REPORTS: list[str] = []
+
+
+def report(line: str) -> None:
+    """Show ``line`` in the terminal summary of the test run."""
+    _REPORTS.append(line)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _REPORTS:
+        terminalreporter.section("corpus reports")
+        for line in _REPORTS:
+            terminalreporter.write_line(line)

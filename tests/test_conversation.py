@@ -173,7 +173,7 @@ def test_yes_no_with_negation_winning(text: str, value: bool | None) -> None:
         ("14 June at 7pm", {"date": "2026-06-14", "weekday": "sunday", "time": "19:00"}, 0.9),
         ("June 14th", {"date": "2026-06-14", "weekday": "sunday"}, 0.9),
         ("2026-03-02", {"date": "2026-03-02", "weekday": "monday"}, 0.9),
-        ("at 7.30", {"time": "07:30"}, 0.9),
+        ("at 7.30", {"time": "19:30", "inferred": ["meridiem"]}, 0.85),  # business hours
         ("7:30 am", {"time": "07:30"}, 0.9),
         ("12am", {"time": "00:00"}, 0.9),
         ("12pm", {"time": "12:00"}, 0.9),

@@ -20,6 +20,7 @@ from .recognizers import (
     integer_near,
     money,
     one_of,
+    party_size,
     regex,
     yes_no,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "non_empty",
     "one_of",
     "overwrite",
+    "party_size",
     "redact",
     "regex",
     "true_only",

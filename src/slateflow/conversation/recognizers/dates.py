@@ -1,0 +1,569 @@
+"""Dates and times as callers say them: "half past seven", "next Friday at 8", "the 3rd".
+
+The text is normalised first (fillers dropped, numbers and ordinals said in words turned into
+digits, prices masked), then read by a few small patterns. A clock time said without am/pm
+("7:30", "at eight") is ambiguous: a part of the day said with it decides ("eight tonight"),
+else the business-hours window does, and the value says so (``"inferred": ["meridiem"]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time as _time
+from collections.abc import Callable
+from datetime import UTC, timedelta
+from datetime import date as _date
+from datetime import datetime as _datetime
+from datetime import time as _clock_time
+from datetime import tzinfo as _tzinfo
+from typing import Any
+
+from .base import Recognition, Recognizer
+from .words import ORDINALS, SCALES, TENS, UNITS, cached, correction_segments, number_words
+
+__all__ = ["datetime"]
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = {
+    "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4,
+    "apr": 4, "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8,
+    "september": 9, "sept": 9, "sep": 9, "october": 10, "oct": 10, "november": 11, "nov": 11,
+    "december": 12, "dec": 12,
+}  # fmt: skip
+_PARTS = ("morning", "lunchtime", "afternoon", "evening", "tonight", "night")
+_FILLERS = frozenset(["uh", "um", "umm", "er", "erm", "uhm", "hmm", "ah", "eh"])
+
+# -- normalising ----------------------------------------------------------------------------
+
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+_SLASH_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?\b")
+_PRICE = re.compile(
+    r"[$€£]\s?\d(?:[\d,]*\d)?(?:\.\d+)?|\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:[$€£]|"
+    r"(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid|cents|pence)\b)"
+)
+_MONEY_HINT = re.compile(r"[$€£]|usd|eur|gbp|dollar|euro|pound|buck|quid|cent|pence")
+_MERIDIEM = re.compile(r"(?<=[\d\s])([ap])\.?\s?m\b\.?")
+_OCLOCK = re.compile(r"\bo'?\s?clock\b")
+_TOKEN = re.compile(r"\d{1,2}[:.h]\d{2}(?!\d)|\d+(?:st|nd|rd|th)?|[a-z]+|,")
+_NUMBERISH = frozenset(UNITS) | frozenset(TENS) | frozenset(SCALES) | {"a"}
+
+
+@cached
+def _normalise(segment: str) -> str:
+    """The segment as space-separated tokens: numbers in digits, ordinals as "3th"."""
+    s = _ISO_DATE.sub(" ", segment) if "-" in segment else segment
+    s = _SLASH_DATE.sub(" ", s) if "/" in s else s
+    priced = _MONEY_HINT.search(s) is not None
+    s = _PRICE.sub(" price ", s) if priced else s
+    s = _MERIDIEM.sub(lambda m: f" {m.group(1)}m ", s)
+    s = _OCLOCK.sub(" oclock ", s).replace("half a dozen", "6")
+    toks = _TOKEN.findall(s)
+    out: list[str] = []
+    i, n = 0, len(toks)
+    while i < n:
+        tok = toks[i]
+        if tok in _FILLERS:
+            i += 1
+            continue
+        nxt = toks[i + 1] if i + 1 < n else ""
+        if tok in TENS and nxt in ORDINALS and ORDINALS[nxt] < 10:
+            out.append(f"{TENS[tok] + ORDINALS[nxt]}th")  # "twenty first"
+            i += 2
+            continue
+        if tok in ORDINALS:
+            out.append(f"{ORDINALS[tok]}th")
+            i += 1
+            continue
+        if tok in _NUMBERISH and not (tok == "a" and nxt == "quarter"):
+            words = number_words(toks, i)
+            if words is not None:
+                out.append(str(words[0]))
+                i += words[1]
+                continue
+        out.append(tok)
+        i += 1
+    # Prices said in words ("twenty dollars") are masked once the numbers are digits.
+    joined = " ".join(out)
+    return _PRICE.sub(" price ", joined) if priced else joined
+
+
+# -- times ----------------------------------------------------------------------------------
+
+_NOT_TIME_AFTER = (
+    r"(?! (?:people|persons|person|guests|of|adults|kids|children|minutes?|mins?|hours?|days?|"
+    r"weeks?|nights?|months?|years?|percent|times|price|more|others|friends|th)\b)"
+)
+_MIN = r"(?:[:.h](\d{2})| ([0-5]\d)\b| oh (\d)\b)?"
+_REL = re.compile(
+    r"\b(?:a )?(quarter|half|\d{1,2})(?: minutes?)? (past|after|to|before|til|till|of) "
+    r"(\d{1,2}|noon|midnight)\b"
+)
+_HALF = re.compile(r"\bhalf (\d{1,2})\b(?! (?:past|hours?|an|a|of|price|people|th)\b)")
+_HM = re.compile(r"\b(\d{1,2})[:.h](\d{2})\b")
+_SUFFIXED = re.compile(r"\b(\d{1,2})" + _MIN + r" (am|pm|oclock|ish)\b")
+_CUE = re.compile(
+    r"\b(?:at|around|about|by|after|before|till|until|from|say|approximately|roughly|say)"
+    r"(?: (?:about|around|like|maybe|approximately|roughly|say))? (\d{1,2})"
+    + _MIN
+    + r"\b"
+    + _NOT_TIME_AFTER
+)
+_SPOKEN = re.compile(r"\b(\d{1,2})(?: ([0-5]\d)| oh (\d))\b" + _NOT_TIME_AFTER)
+_NAMED = re.compile(r"\b(?:12 )?(noon|midday|midnight)\b")
+_WITH_PART = re.compile(
+    r"\b(\d{1,2})" + _MIN + r" (?=(?:in the |at |this )?(?:morning|afternoon|evening|night)\b"
+    r"|tonight\b|tomorrow (?:morning|afternoon|evening|night)\b)"
+)
+_AMPM_AFTER = re.compile(r" (am|pm)\b")
+_PART = re.compile(
+    r"\b(?:in the |this |tomorrow |at )?(morning|lunchtime|lunch|afternoon|evening|tonight|night)"
+    r"\b"
+)
+
+
+def _zero(m: re.Match[str]) -> bool:
+    """Whether the hour was said with a leading zero ("07:30": a 24-hour time)."""
+    hour = m.group(1)
+    return len(hour) == 2 and hour.startswith("0")
+
+
+def _minutes(m: re.Match[str], first: int) -> int:
+    for g in range(first, min(first + 3, m.re.groups + 1)):
+        if m.group(g) is not None:
+            return int(m.group(g))
+    return 0
+
+
+class _Clock:
+    """A time as heard: hour 0-23 or 1-12 (``ambiguous``), minute, how it was said."""
+
+    __slots__ = ("ambiguous", "end", "hour", "minute", "start")
+
+    def __init__(self, hour: int, minute: int, ambiguous: bool, span: tuple[int, int]) -> None:
+        self.hour = hour
+        self.minute = minute
+        self.ambiguous = ambiguous
+        self.start, self.end = span
+
+
+_REL_WORDS = frozenset(["past", "after", "to", "before", "til", "till", "of"])
+_SUFFIX_WORDS = frozenset(["am", "pm", "oclock", "ish"])
+_NAMED_WORDS = frozenset(["noon", "midday", "midnight"])
+
+
+def _clock(s: str) -> _Clock | None:
+    """The leftmost time said in normalised text ``s``."""
+    found: list[tuple[int, int, _Clock]] = []
+
+    def add(
+        m: re.Match[str], hour: int, minute: int, meridiem: str | None, zero: bool = False
+    ) -> None:
+        if not (0 <= minute <= 59):
+            return
+        if meridiem is None:
+            after = _AMPM_AFTER.match(s, m.end())
+            meridiem = after.group(1) if after else None
+        if meridiem in ("am", "pm"):
+            if not 1 <= hour <= 12:
+                return
+            hour = hour % 12 + (12 if meridiem == "pm" else 0)
+            found.append((m.start(), -len(m.group()), _Clock(hour, minute, False, m.span())))
+            return
+        if not 0 <= hour <= 23:
+            return
+        # "07:30" and "19:30" say which; "7:30" and "at 8" do not.
+        ambiguous = 1 <= hour <= 12 and not zero
+        found.append((m.start(), -len(m.group()), _Clock(hour, minute, ambiguous, m.span())))
+
+    words = set(s.split())
+    digits = any(w[0].isdigit() for w in words)
+    m = _REL.search(s) if digits and not words.isdisjoint(_REL_WORDS) else None
+    if m:
+        q, direction, target = m.group(1), m.group(2), m.group(3)
+        mins = 15 if q == "quarter" else 30 if q == "half" else int(q)
+        hour = 12 if target == "noon" else 0 if target == "midnight" else int(target)
+        if direction in ("to", "before", "til", "till", "of") and mins < 60 and q != "half":
+            hour, mins = (hour - 1) % 24 if hour else 23, 60 - mins
+            if hour == 0 and target != "midnight":
+                hour = 12
+            add(m, hour, mins, "pm" if target == "noon" else None)
+        elif direction in ("past", "after") and mins < 60:
+            add(m, hour, mins, "pm" if target == "noon" else None)
+    if not digits:
+        m = _NAMED.search(s) if not words.isdisjoint(_NAMED_WORDS) else None
+        if m is None:
+            return None
+        return _Clock(0 if m.group(1) == "midnight" else 12, 0, False, m.span())
+    m = _HALF.search(s) if "half" in words else None
+    if m:
+        add(m, int(m.group(1)), 30, None)
+    m = _SUFFIXED.search(s) if not words.isdisjoint(_SUFFIX_WORDS) else None
+    if m:
+        suffix = m.group(5)
+        meridiem = suffix if suffix in ("am", "pm") else None
+        add(m, int(m.group(1)), _minutes(m, 2), meridiem, _zero(m))
+    for pattern in (_HM, _CUE, _SPOKEN, _WITH_PART):
+        m = pattern.search(s)
+        if m:
+            add(m, int(m.group(1)), _minutes(m, 2), None, _zero(m))
+    m = _NAMED.search(s) if not words.isdisjoint(_NAMED_WORDS) else None
+    if m:
+        hour = 0 if m.group(1) == "midnight" else 12
+        found.append((m.start(), -len(m.group()), _Clock(hour, 0, False, m.span())))
+    if not found:
+        return None
+    return min(found, key=lambda f: (f[0], f[1]))[2]
+
+
+# -- dates ----------------------------------------------------------------------------------
+
+_MONTH_WORDS = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?: of)? ({_MONTH_WORDS})\b")
+_MONTH_DAY = re.compile(rf"\b({_MONTH_WORDS})(?: the)? (\d{{1,2}})(?:st|nd|rd|th)?\b(?! \d)")
+_THE_DAY = re.compile(
+    r"\b(?:the|on)(?: ,)* (\d{1,2})(?:st|nd|rd|th)\b(?! (?:option|one|choice|time|floor|table|"
+    r"course|person|week|month|day|line|bottle|glass|seat|round|thing|item|dish|page|place)s?\b)"
+)
+_WEEKDAY = re.compile(
+    r"\b(?:(this coming|this|next|coming|on|a week on|a week from|a week next) )?"
+    r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b( week)?"
+)
+_RELATIVE = re.compile(
+    r"\b(?:(a|one) week (?:from )?(?=today|tomorrow))?(day after tomorrow|tomorrow|today|tonight|"
+    r"tmrw|tomorow|tommorow|tommorrow|"
+    r"yesterday|this (?:morning|afternoon|evening)|later today|in (\d{1,2}|a) (days?|weeks?))\b"
+)
+_TOMORROW = frozenset({"tomorrow", "tmrw", "tomorow", "tommorow", "tommorrow"})  # and chat's
+_DAY_AFTER = re.compile(r"\bthe day (after|before)\b(?! tomorrow| yesterday)")
+
+
+def _next_date(today: _date, month: int, day: int) -> _date | None:
+    """The next such date from today (a past one is next year's; 29 February the next leap
+    year's: 8 years covers 2096 -> 2104)."""
+    for year in range(today.year, today.year + 9):
+        try:
+            candidate = _date(year, month, day)
+        except (ValueError, OverflowError):
+            continue
+        if candidate >= today:
+            return candidate
+    return None
+
+
+def _day_of_month(today: _date, day: int) -> _date | None:
+    """The next date with this day of the month (this month's if not past)."""
+    year, month = today.year, today.month
+    for _ in range(13):
+        try:
+            candidate = _date(year, month, day)
+        except ValueError:
+            candidate = None
+        if candidate is not None and candidate >= today:
+            return candidate
+        month += 1
+        if month > 12:
+            year, month = year + 1, 1
+    return None
+
+
+def _date_in(raw: str, s: str, today: _date) -> tuple[_date, int, str] | None:
+    """The date said: (date, position, how), or None; how is "exact", "month" (the month was
+    inferred: "the 3rd") or "conflict" (a weekday and a day of the month that disagree)."""
+    m = _ISO_DATE.search(raw) if "-" in raw else None
+    if m:
+        try:
+            return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))), -1, "exact"
+        except ValueError:
+            return None
+    m = _SLASH_DATE.search(raw) if "/" in raw else None
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+        # Only the unambiguous forms: 14/6 is day first, 6/14 month first.
+        day_month = (a, b) if a > 12 >= b else (b, a) if b > 12 >= a else None
+        if day_month is not None:
+            year = m.group(3)
+            if year is None:
+                found = _next_date(today, day_month[1], day_month[0])
+            else:
+                y = int(year) + (2000 if len(year) == 2 else 0)
+                try:
+                    found = _date(y, day_month[1], day_month[0])
+                except ValueError:
+                    found = None
+            return (found, -1, "exact") if found is not None else None
+    words = set(s.split())
+    months = not words.isdisjoint(_MONTHS)
+    for pattern, day_group, month_group in ((_DAY_MONTH, 1, 2), (_MONTH_DAY, 2, 1)):
+        m = pattern.search(s) if months else None
+        if m:
+            found = _next_date(today, _MONTHS[m.group(month_group)], int(m.group(day_group)))
+            return (found, m.start(), "exact") if found is not None else None
+    candidates: list[tuple[int, _date, str]] = []
+    m = _THE_DAY.search(s) if "the" in words or "on" in words else None
+    if m:
+        found = _day_of_month(today, int(m.group(1)))
+        if found is not None:
+            candidates.append((m.start(), found, "month"))
+    m = _RELATIVE.search(s)
+    if m:
+        word = m.group(2)
+        delta = {"day after tomorrow": 2, "yesterday": -1}.get(word, 0)
+        if word in _TOMORROW:
+            delta = 1
+        if m.group(3) is not None:
+            n = 1 if m.group(3) == "a" else int(m.group(3))
+            delta = n * (7 if m.group(4).startswith("week") else 1)
+        if m.group(1) is not None:
+            delta += 7  # "a week from today", "a week tomorrow"
+        with contextlib.suppress(OverflowError):
+            candidates.append((m.start(), today + timedelta(days=delta), "exact"))
+    m = _WEEKDAY.search(s) if "day" in s else None
+    if m:
+        which, name, week = m.group(1), m.group(2), m.group(3)
+        index = _WEEKDAYS.index(name)
+        ahead = (index - today.weekday()) % 7
+        if ahead == 0 and which == "next":
+            ahead = 7  # "Saturday" on a Saturday is today; "next Saturday" is not
+        if week or (which or "").startswith("a week"):
+            ahead += 7  # "Friday week", "a week on Friday"
+        try:
+            day = today + timedelta(days=ahead)
+        except OverflowError:
+            day = None
+        if day is not None:
+            # "Saturday the 14th": the day of the month says which Saturday.
+            ordinal = [c for c in candidates if c[2] == "month"]
+            if ordinal:
+                said = ordinal[0][1]
+                if said.weekday() == index:
+                    return said, min(m.start(), ordinal[0][0]), "exact"
+                return day, min(m.start(), ordinal[0][0]), "conflict"
+            candidates.append((m.start(), day, "exact"))
+    if not candidates:
+        return None
+    position, day, how = min(candidates, key=lambda c: c[0])
+    return day, position, how
+
+
+# -- the recognizer -------------------------------------------------------------------------
+
+
+_BARE = re.compile(r"(?:at |around |about |say )?(\d{1,2})(?:[:.h](\d{2})| ([0-5]\d)| oh (\d))?")
+_BARE_REST = frozenset({
+    "then", "please", "instead", "i", "mean", "sorry", "no", "actually", "make", "it", "that",
+    "rather",
+})  # fmt: skip
+
+
+def _bare_hour(segment: str) -> tuple[_Clock, float] | None:
+    """A segment that is only a clock number ("eight", "uh, 7:30 then"), as a time."""
+    s = _normalise(segment.lower()).replace(",", " ")
+    words = s.split()
+    for i, word in enumerate(words):
+        if word[0].isdigit():
+            rest = " ".join(words[i:])
+            m = _BARE.match(rest)
+            if m is None:
+                return None
+            tail = rest[m.end() :].split()
+            if any(w not in _BARE_REST for w in [*words[:i], *tail]) or words[:i].count("at") > 1:
+                return None
+            hour, minute = int(m.group(1)), _minutes(m, 2)
+            if not (1 <= hour <= 12 and minute < 60):
+                return None
+            return _Clock(hour, minute, True, (0, 0)), 0.7
+    return None
+
+
+def _minute_of_day(value: object, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"datetime() business_hours {what} must be an hour or a time")
+    if isinstance(value, int) and 0 <= value <= 24:
+        return value * 60
+    if isinstance(value, _clock_time):
+        return value.hour * 60 + value.minute
+    if isinstance(value, str):
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", value.strip())
+        if m and int(m.group(1)) <= 24 and int(m.group(2)) < 60:
+            return int(m.group(1)) * 60 + int(m.group(2))
+    raise ValueError(
+        f"datetime() business_hours {what} must be an hour 0-24, a 'HH:MM' string or a "
+        f"datetime.time, got {value!r}"
+    )
+
+
+class _DateTime(Recognizer):
+    def __init__(
+        self, now: Callable[[], float], tz: _tzinfo, hours: tuple[int, int], alone: bool
+    ) -> None:
+        self.now = now
+        self.tz = tz
+        self.hours = hours
+        self.alone = alone
+
+    def _inside(self, minute: int) -> bool:
+        start, end = self.hours
+        return start <= minute < end if start <= end else minute >= start or minute < end
+
+    def _resolve(
+        self, clock: _Clock, part: str | None, day: _date | None, now: _datetime
+    ) -> tuple[int, bool, float]:
+        """The 24-hour hour of a heard time, whether the meridiem was inferred, confidence."""
+        hour = clock.hour
+        if not clock.ambiguous:
+            return hour, False, 0.9
+        if part is not None:
+            if part == "morning":
+                return hour % 12, False, 0.9
+            if part in ("lunchtime", "lunch"):
+                return (hour + 12 if hour < 6 else hour), False, 0.9
+            if part == "night" and hour < 5:
+                return hour, False, 0.9  # "two at night"
+            return hour % 12 + 12, False, 0.9
+        am, pm = hour % 12, hour % 12 + 12
+        inside = [h for h in (am, pm) if self._inside(h * 60 + clock.minute)]
+        if len(inside) == 1:
+            return inside[0], True, 0.85
+        if len(inside) == 2 and (day is None or day == now.date()):
+            later = [h for h in (am, pm) if h * 60 + clock.minute > now.hour * 60 + now.minute]
+            if len(later) == 1:
+                return later[0], True, 0.7
+        return pm if inside else am, True, 0.6
+
+    def _read(self, segment: str, today: _date, now: _datetime) -> dict[str, Any]:
+        raw = segment.lower().replace("\u2019", "'")
+        s = _normalise(raw)
+        found: dict[str, Any] = {}
+        try:
+            dated = _date_in(raw, s, today)
+        except OverflowError:  # "tomorrow" on 31 December 9999: a date cannot hold it
+            dated = None
+        day = dated[0] if dated is not None else None
+        part_m = _PART.search(s)
+        part = part_m.group(1) if part_m is not None else None
+        if part == "lunch":
+            part = "lunchtime"
+        clock = _clock(s)
+        if day is not None:
+            found["date"] = day.isoformat()
+            found["weekday"] = _WEEKDAYS[day.weekday()]
+            how = dated[2] if dated is not None else "exact"
+            found["_confidence"] = {"exact": 0.9, "month": 0.85}.get(how, 0.6)
+            if how != "exact":
+                found["_inferred"] = ["month" if how == "month" else "date"]
+        if clock is not None:
+            hour, inferred, confidence = self._resolve(clock, part, day, now)
+            found["time"] = f"{hour:02d}:{clock.minute:02d}"
+            found["_time_confidence"] = confidence
+            if inferred:
+                found.setdefault("_inferred", []).append("meridiem")
+        if part is not None:
+            found["part_of_day"] = part
+            if part == "tonight" and "date" not in found:
+                found["date"] = today.isoformat()
+                found["weekday"] = _WEEKDAYS[today.weekday()]
+        return found
+
+    def recognize(self, text: str) -> Recognition | None:
+        now = _datetime.fromtimestamp(self.now(), tz=self.tz)
+        today = now.date()
+        segments = correction_segments(text)
+        merged: dict[str, Any] = {}
+        # Oldest segment first, so what the caller corrected to wins.
+        for segment in reversed(segments):
+            found = self._read(segment, today, now)
+            if "time" not in found and ("time" in merged or self.alone):
+                # "at seven, no, eight": a bare number corrects the time said before it.
+                bare = _bare_hour(segment)
+                if bare is not None:
+                    clock, confidence = bare
+                    hour, inferred, sure = self._resolve(clock, found.get("part_of_day"), None, now)
+                    found["time"] = f"{hour:02d}:{clock.minute:02d}"
+                    before = merged.get("_time_confidence", 0.9) if "time" in merged else None
+                    found["_time_confidence"] = min(sure, confidence if before is None else before)
+                    if inferred:
+                        found.setdefault("_inferred", []).append("meridiem")
+            if "time" in found:
+                merged.pop("_time_confidence", None)
+                if "_inferred" in merged:
+                    merged["_inferred"] = [x for x in merged["_inferred"] if x != "meridiem"]
+            if "date" in found:
+                merged.pop("_confidence", None)
+                if "_inferred" in merged:
+                    merged["_inferred"] = [x for x in merged["_inferred"] if x != "month"]
+            if "date" not in found and "date" in merged:
+                # "tomorrow, no, the day after": relative to the day just said.
+                shift = _DAY_AFTER.search(segment.lower())
+                if shift is not None:
+                    moved = _date.fromisoformat(merged["date"]) + timedelta(
+                        days=1 if shift.group(1) == "after" else -1
+                    )
+                    found["date"] = moved.isoformat()
+                    found["weekday"] = _WEEKDAYS[moved.weekday()]
+            inferred = merged.get("_inferred", []) + found.pop("_inferred", [])
+            merged.update(found)
+            if inferred:
+                merged["_inferred"] = inferred
+            elif "_inferred" in merged:
+                del merged["_inferred"]
+        if not merged:
+            return None
+        confidence = min(merged.pop("_confidence", 0.9), merged.pop("_time_confidence", 0.9))
+        inferred = merged.pop("_inferred", None)
+        if not merged:
+            return None
+        if "time" not in merged and "part_of_day" in merged:
+            confidence = min(confidence, 0.75)  # a part of the day is vaguer than "15:00"
+        value: dict[str, Any] = {
+            k: merged[k] for k in ("date", "weekday", "time", "part_of_day") if k in merged
+        }
+        if inferred:
+            value["inferred"] = sorted(set(inferred))
+        return Recognition(value, confidence)
+
+    def describe(self) -> str:
+        return "a date and/or time"
+
+
+def datetime(
+    now: Callable[[], float] | None = None,
+    tz: _tzinfo = UTC,
+    *,
+    business_hours: tuple[int | str | _clock_time, int | str | _clock_time] = (11, 23),
+    hour_alone: bool = False,
+) -> Recognizer:
+    """A date and/or time: ``{"date": "2026-01-03", "weekday": "saturday", "time": "19:30",
+    "part_of_day": "evening"}`` (the keys that were said).
+
+    Reads what callers say: times ("19:30", "7pm", "half past seven", "quarter to eight",
+    "ten past eight", "half seven" (UK), "seven thirty", "eight o'clock", "at eight", "noon",
+    "midnight"), dates ("today", "tonight", "tomorrow night", "this Saturday", "next Friday",
+    "Friday week", "the 3rd", "14 June", "June the 14th", "in two days", ISO dates) and parts
+    of the day, with fillers and self-corrections ("Saturday at seven, no, eight" is Saturday
+    at 20:00). A price ("$12.50", "12.50 euros") is not a time.
+
+    A time said without am/pm is read with a part of the day said with it ("eight tonight"),
+    else as the reading inside ``business_hours`` (default 11:00-23:00, a restaurant's day:
+    "7:30" is 19:30, "11:30" is 11:30); the value then has ``"inferred": ["meridiem"]`` and
+    confidence 0.85 (0.6-0.7 when the window cannot decide). "The 3rd" infers the month (the
+    next 3rd: ``"inferred": ["month"]``, 0.85). Said exactly: 0.9; only a part of the day: 0.75.
+
+    A number said alone ("eight") is a time only as a correction of one ("at seven, no,
+    eight") or with ``hour_alone=True`` (0.7: for an extractor that runs while the time is
+    asked, since "eight" may as well be a party size).
+
+    Relative words count from ``now`` (seconds since the epoch) in time zone ``tz`` (the
+    caller's or the business's; UTC by default): pass the session's clock, so tests control
+    "today". A "next" weekday skips a week only when it is today ("next Saturday" on a
+    Saturday).
+    """
+    if not isinstance(business_hours, tuple) or len(business_hours) != 2:
+        raise ValueError(f"datetime() business_hours is (opening, closing), got {business_hours!r}")
+    window = (
+        _minute_of_day(business_hours[0], "opening"),
+        _minute_of_day(business_hours[1], "closing"),
+    )
+    if window[0] == window[1]:
+        raise ValueError(f"datetime() business_hours is an empty window: {business_hours!r}")
+    return _DateTime(now if now is not None else _time.time, tz, window, bool(hour_alone))
