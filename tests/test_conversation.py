@@ -202,7 +202,10 @@ def test_datetime_edge_cases() -> None:
         ("5555-5555-5555-4444", "[card ending 4444]"),
         ("card 4111 1111 1111 1112", "card [redacted number]"),  # fails Luhn
         ("call 020 7946 0018", "call [redacted number]"),
-        ("on 2026-01-03 at 19:30 for 4, pin 1234", "on 2026-01-03 at 19:30 for 4, pin 1234"),
+        (
+            "on 2026-01-03 at 19:30 for 4, pin 1234",
+            "on 2026-01-03 at 19:30 for 4, pin [redacted security code]",
+        ),
     ],
 )
 def test_redact(text: str, out: str) -> None:

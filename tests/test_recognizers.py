@@ -947,7 +947,10 @@ REDACT: list[tuple[str, str]] = [
     ("4111111111111111", "[card ending 1111]"),
     ("4111 1111 1111 1111", "[card ending 1111]"),
     ("4111-1111-1111-1111", "[card ending 1111]"),
-    ("my card is 4111 1111 1111 1111, exp 12/27", "my card is [card ending 1111], exp 12/27"),
+    (
+        "my card is 4111 1111 1111 1111, exp 12/27",
+        "my card is [card ending 1111], exp [redacted expiry]",
+    ),
     ("it's 5555 5555 5555 4444.", "it's [card ending 4444]."),
     ("378282246310005", "[card ending 0005]"),  # 15-digit Amex
     ("3782 822463 10005", "[card ending 0005]"),
@@ -970,10 +973,10 @@ REDACT: list[tuple[str, str]] = [
     ("£1234567", f"£{LONG_NUMBER}"),
     ("20250614", LONG_NUMBER),
     ("2025-06-14-1234", LONG_NUMBER),
-    # kept: short numbers, times, party sizes, PINs, amounts, dates
+    # kept: short numbers, times, party sizes, amounts, dates
     ("123456", "123456"),
-    ("my pin is 1234", "my pin is 1234"),
-    ("cvv 123", "cvv 123"),
+    ("room 1234", "room 1234"),
+    ("table 123", "table 123"),
     ("table for 4 at 19:30", "table for 4 at 19:30"),
     ("a party of 12 on the 14th", "a party of 12 on the 14th"),
     ("$1,234,567 budget", "$1,234,567 budget"),

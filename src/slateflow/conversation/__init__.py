@@ -24,11 +24,27 @@ from .recognizers import (
     regex,
     yes_no,
 )
-from .redaction import CARD, LONG_NUMBER, luhn_valid, redact
+from .redaction import (
+    CARD,
+    EMAIL,
+    EXPIRY,
+    IBAN,
+    LONG_NUMBER,
+    REDACTED,
+    SECURITY_CODE,
+    Redactor,
+    luhn_valid,
+    redact,
+)
 
 __all__ = [
     "CARD",
+    "EMAIL",
+    "EXPIRY",
+    "IBAN",
     "LONG_NUMBER",
+    "REDACTED",
+    "SECURITY_CODE",
     "Decision",
     "Digression",
     "Extract",
@@ -39,6 +55,7 @@ __all__ = [
     "LLMExtractor",
     "Recognition",
     "Recognizer",
+    "Redactor",
     "RepairPolicy",
     "Rule",
     "StackRunner",
