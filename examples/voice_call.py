@@ -2,15 +2,17 @@
 
 What a voice loop (pipecat, LiveKit, a Gemini Live or OpenAI Realtime loop) does with
 slateflow: each time the caller finishes speaking it calls ``await session.user_turn(text)``
-and puts ``context.prompt`` in front of the model; it asks ``session.refusal(tool)`` before a
-tool runs and reports ``await session.tool_ok(tool)`` after; it tells the session when the
-caller talks over the agent (``begin_interruption`` / ``end_interruption``), and speaks what
-``on_delivery`` hands it. It reads ``session:voice_timing`` for the pacing.
+and puts ``context.prompt`` in front of the model (building the next context counts this one
+as handed over); it asks ``session.refusal(tool)`` before a tool runs and reports ``await
+session.tool_ok(tool)`` after; it tells the session when the caller talks over the agent
+(``begin_interruption`` / ``end_interruption``), and speaks what ``on_delivery`` hands it. It
+reads ``session:voice_timing`` for the pacing.
 
 In between, slateflow does the rest: it redacts the transcript, reads the slots out of the
 caller's words, starts the availability check the moment the slot is complete, takes a side
-question about parking without losing the booking, and hands the check's answer over once,
-even when it lands while the caller is talking.
+question about parking without losing the booking, hands the check's answer over once, even
+when it lands while the caller is talking (in the reply to what the caller said over the agent,
+not before it), and takes a "yes" as a confirmation only after the read-back was told.
 
 A manual clock stands in for time, so the run is instant and prints the same every time.
 """
@@ -43,11 +45,11 @@ from slateflow import (
     is_true,
     require,
     resolved,
+    told,
 )
 from slateflow.conversation import (
     Extract,
     Extractor,
-    Trigger,
     datetime,
     integer_near,
     one_of,
@@ -132,9 +134,6 @@ def extractors(clock: ManualClock) -> list[Extractor]:
     topics that start a digression (``turn:`` keys: they last one turn)."""
     when = datetime(clock)
 
-    def confirming(value: Any, state: State) -> bool:
-        return "confirm" in (state.get("flow:booking:active") or [])
-
     slot = (
         Extract("booking")
         .field("date", when.pick("weekday").map(str.capitalize))
@@ -143,10 +142,15 @@ def extractors(clock: ManualClock) -> list[Extractor]:
         .on_complete(availability(clock), "background", scheduling="interrupt")
         .build()
     )
+    # A yes confirms only once the read-back reached the model: not a "yes" said before it.
     answers = (
         Extract("answers")
-        .field_to("confirmed", "booking:confirmed", yes_no(), true_only().accept_when(confirming))
-        .trigger(Trigger.every_turn(), Trigger.on_step_change())
+        .field_to(
+            "confirmed",
+            "booking:confirmed",
+            yes_no(),
+            true_only().accept_when(told("confirm", "booking")),
+        )
         .build()
     )
     topics = (
@@ -178,13 +182,11 @@ async def call(clock: ManualClock, lines: list[str], say: Any) -> tuple[State, S
         stack = session.run_flow(FlowStack(booking_flow(), side_flows()))
         for line in lines:
             if line == "<interrupt>":
-                say("  (the caller talks over the agent for a second)")
+                say("  (the caller talks over the agent)")
                 session.begin_interruption()
                 await clock.advance(1.0)
                 say(f"    flow moved on meanwhile: active {stack.active_steps}")
-                session.end_interruption()
-                await clock.advance(0)
-                told(session.context_now())  # the agent has the floor again: what to say now
+                session.end_interruption()  # their words come next, as a turn
                 continue
             if line.startswith("<tool "):
                 tool = line[6:-1]
@@ -218,6 +220,7 @@ async def main(say: Any = print) -> tuple[State, State]:
             "Is there parking?",
             "Saturday at 7 pm for four people, card 4111 1111 1111 1111.",
             "<interrupt>",
+            "Sorry, do you have high chairs?",
             "Yes, that's right.",
             "<tool book_table>",
             "<tool book_table>",

@@ -223,9 +223,12 @@ async def test_after_tool_runs_on_tool_ok_only() -> None:
 
 
 @pytest.mark.parametrize("rereads", [True, False])
-async def test_on_step_change_reads_an_early_yes_once_its_question_is_asked(
+async def test_on_step_change_rereads_only_what_was_said_after_the_question(
     rereads: bool,
 ) -> None:
+    # The read-back was told, then the step went inactive (its availability check refreshed)
+    # just as the caller said yes; when it is active again, that yes is read again. A yes
+    # said before the read-back ("yes, four people") is never taken.
     state = State()
     clock = ManualClock()
     triggers = [Trigger.every_turn(), Trigger.on_step_change()] if rereads else []
@@ -234,17 +237,38 @@ async def test_on_step_change_reads_an_early_yes_once_its_question_is_asked(
     )
     if triggers:
         answer = answer.trigger(*triggers)
+    plan = Flow(
+        "booking",
+        [
+            Step("ask", done=captured("b:size"), posture="Ask how many people."),
+            Step(
+                "confirm",
+                after=["ask"],
+                gate=is_set("tables:result"),
+                done=is_true("b:ok"),
+                posture="Read it back; ask for a yes.",
+            ),
+            Step("book", after=["confirm"], terminal=True),
+        ],
+    )
     async with Session(state, clock=clock) as session:
-        session.add_extractor(answer.build())  # runs before the size is known ...
-        session.add_extractor(size_extractor())  # ... which enters the confirm step
-        runner = session.run_flow(booking_plan())
-        await session.user_turn("yes, four people")  # said in one breath
+        session.add_extractor(answer.build())
+        session.add_extractor(size_extractor())
+        runner = session.run_flow(plan)
+        state.set("tables:result", {"free": 3})
+        ctx = await session.user_turn("yes, four people")  # said in one breath
         assert runner.active_steps == ["confirm"]
-        assert not state.contains("b:ok")
-        await clock.advance(0)  # the step change re-runs the answer extractor
+        await clock.advance(0)
+        assert not state.contains("b:ok")  # before the question: never an answer
+        ctx.handed_over()  # the read-back reaches the model
+        state.remove("tables:result")  # refreshed just now: the step waits for it
+        await session.user_turn("yes, that's right")
+        assert not state.contains("b:ok")  # the step was not active
+        state.set("tables:result", {"free": 2})
+        await clock.advance(0)  # active again: the turns said after the read-back are re-read
         if rereads:
             assert state.get("b:ok") is True
-            assert runner.active_steps == ["book"]
+            assert runner.active_steps == []
         else:
             assert not state.contains("b:ok")
             assert runner.active_steps == ["confirm"]
@@ -459,16 +483,18 @@ async def test_results_landing_during_an_interruption_advance_the_flow_and_wait(
         assert runner.is_complete
         # ... but nothing was spoken over the caller.
         assert spoken == []
-        session.end_interruption()
+        session.end_interruption()  # the caller's words follow as a turn
         assert not session.interrupting
         await clock.advance(0)
-        assert [r.name for r in spoken] == ["urgent"]
+        assert spoken == []  # not spoken just before the caller's own question
         ctx = await session.user_turn("sorry, go on")
-        assert [r.name for r in ctx.deliveries] == ["idle"]  # the urgent one: never twice
+        # That turn's context carries both: the model answers once.
+        assert sorted(r.name for r in ctx.deliveries) == ["idle", "urgent"]
         session.begin_interruption()
         session.end_interruption()
         await clock.advance(0)
-        assert [r.name for r in spoken] == ["urgent"]
+        assert spoken == []
+        assert session.take_deliveries() == []  # never twice
 
 
 async def test_without_on_delivery_held_results_wait_for_the_next_turn() -> None:
@@ -658,7 +684,7 @@ async def test_a_timer_that_fires_during_an_interruption_is_delivered_once() -> 
         await clock.advance(2)
         assert state.get("slow:status") == "error"
         assert spoken == []
-        session.end_interruption()
+        session.end_interruption(turn_follows=False)  # a false alarm: spoken now
         await clock.advance(0)
         assert [(r.name, r.status) for r in spoken] == [("slow", "error")]
         ctx = await session.user_turn("and?")
@@ -705,7 +731,9 @@ async def test_the_context_as_json() -> None:
         await clock.advance(1)
         data = (await session.user_turn("hi")).to_dict()
     assert json.loads(json.dumps(data)) == data
-    assert data["turn"] == {"number": 1, "text": "hi", "at": clock.time()}
+    assert data["turn"] == {"number": 1, "text": "hi", "at": clock.time(), "speaker": "user"}
+    assert data["status"] == "pending"  # built; handed to the model once the loop says so
+    assert data["full_prompt"] == "\n".join(data["all_lines"])
     assert data["deliveries"] == [
         {
             "name": "lookup",
@@ -733,7 +761,7 @@ async def test_interruptions_reported_from_another_thread() -> None:
         await anyio.to_thread.run_sync(session.begin_interruption)
         await clock.advance(1)
         assert spoken == []
-        await anyio.to_thread.run_sync(session.end_interruption)
+        await anyio.to_thread.run_sync(lambda: session.end_interruption(turn_follows=False))
         with anyio.fail_after(5):
             await heard.wait()
         assert [r.name for r in spoken] == ["urgent"]

@@ -80,6 +80,7 @@ from .flow import (
     resolved,
     run,
     signals,
+    told,
 )
 from .resolve import (
     LLM,
@@ -258,5 +259,6 @@ __all__ = [
     "run",
     "signals",
     "status_key",
+    "told",
     "when",
 ]

@@ -70,8 +70,9 @@ class Trigger:
       the last ``window`` turns, so a slow extractor (an LLM) runs less often.
     - ``Trigger.after_tool()``: after each successful tool call reported with
       ``session.tool_ok(tool)``.
-    - ``Trigger.on_step_change()``: when a flow of the session enters a step, so a value the
-      caller gave early is re-read once the step that accepts it is active.
+    - ``Trigger.on_step_change()``: when a flow of the session makes a step active, re-read
+      the turns said after that step's posture was handed to the model (none, when it never
+      was: a "yes" said before the question was asked is never taken as its answer).
     """
 
     kind: Literal["every_turn", "every", "after_tool", "on_step_change"]
@@ -197,12 +198,15 @@ class TurnExtractor:
         if self._wants("after_tool"):
             await self._run_in(session)
 
-    async def _on_step_change(self, session: Session) -> None:
+    async def _on_step_change(self, session: Session, since: int) -> None:
         if self._wants("on_step_change"):
-            await self._run_in(session)
+            # Only what was said after the step's posture reached the model: an answer given
+            # before its question was asked is not an answer to it.
+            await self._run_in(session, since)
 
-    async def _run_in(self, session: Session) -> None:
-        turns = [t.text for t in session.transcript[-self.window :]]
+    async def _run_in(self, session: Session, since: int = 0) -> None:
+        said = [t for t in session.transcript if t.speaker == "user" and t.number > since]
+        turns = [t.text for t in said[-self.window :]]
         if not turns:
             return
         result = await self.read(session.state, turns)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..flow.guards import Guard
+
 if TYPE_CHECKING:
     from ..state import State
 
@@ -45,8 +47,21 @@ class Rule:
         """The same rule, writing to ``key`` instead of the field's own key."""
         return replace(self, target=key)
 
-    def accept_when(self, pred: Callable[[Any, State], Any], describe: str = "") -> Rule:
-        """The same rule, writing only when ``pred(value, state)`` holds as well."""
+    def accept_when(self, pred: Callable[[Any, State], Any] | Guard, describe: str = "") -> Rule:
+        """The same rule, writing only when ``pred(value, state)`` holds as well; ``pred`` may
+        be a guard (``told("confirm")``), which must hold over the State."""
+        if isinstance(pred, Guard):
+            guard = pred
+            text = describe or guard.describe()
+
+            def holds(value: Any, state: State) -> bool:
+                return guard.evaluate(state)
+
+            return replace(self, accept=holds, accept_text=text)
+        if not callable(pred):
+            raise TypeError(
+                f"accept_when takes a guard or a callable (value, state) -> bool, got {pred!r}"
+            )
         text = describe or getattr(pred, "__name__", "a condition")
         return replace(self, accept=pred, accept_text=text)
 

@@ -45,6 +45,8 @@ __all__ = [
     "not_",
     "pending",
     "resolved",
+    "told",
+    "told_key",
 ]
 
 GUARD_FORMAT = "slateflow.guard/1"
@@ -53,20 +55,25 @@ GUARD_FORMAT = "slateflow.guard/1"
 
 @dataclass(frozen=True, slots=True)
 class Marking:
-    """What a flow runner knows beyond the State: the steps done and the tools that succeeded.
+    """What a flow runner knows beyond the State: the steps done, the tools that succeeded and
+    the steps whose postures reached the model.
 
-    ``done`` holds step ids; ``tools_ok`` counts successful calls per tool name. Guards that read
-    it (``done``, ``called_ok``) see the runner's marking; evaluated without a runner they see
-    :data:`EMPTY_MARKING`.
+    ``done`` holds step ids; ``tools_ok`` counts successful calls per tool name; ``told`` holds
+    the steps whose posture was handed to the model since they were last entered, and ``flow``
+    names the flow whose marking it is. Guards that read it (``done``, ``called_ok``, ``told``)
+    see the runner's marking; evaluated without a runner they see :data:`EMPTY_MARKING`.
     """
 
     done: frozenset[str] = frozenset()
     tools_ok: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    told: frozenset[str] = frozenset()
+    flow: str = ""
 
     def __post_init__(self) -> None:
         # Copies: changing the dict or set it was made from must not change the marking.
         object.__setattr__(self, "done", frozenset(self.done))
         object.__setattr__(self, "tools_ok", MappingProxyType(dict(self.tools_ok)))
+        object.__setattr__(self, "told", frozenset(self.told))
 
 
 EMPTY_MARKING = Marking()
@@ -347,6 +354,47 @@ class _Done(Guard):
         return {"op": self.op, "step": self.step}
 
 
+def told_key(flow: str) -> str:
+    """Where a running flow records the steps whose postures reached the model."""
+    return f"flow:{flow}:told"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _Told(Guard):
+    op: ClassVar[str] = "told"
+    step: str
+    flow: str | None = None
+
+    def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
+        if marking.flow and self.flow in (None, marking.flow):
+            return self.step in marking.told  # inside the flow's own runner
+        if self.flow is not None:
+            keys = [told_key(self.flow)]
+        else:
+            keys = [k for k in state.keys("flow:") if k.endswith(":told")]
+        for key in keys:
+            told = state.get(key)
+            if isinstance(told, list) and self.step in told:
+                return True
+        return False
+
+    def keys_read(self) -> frozenset[str]:
+        return frozenset() if self.flow is None else frozenset([told_key(self.flow)])
+
+    def reads_marking(self) -> bool:
+        return self.flow is None
+
+    def describe(self) -> str:
+        where = f" of flow '{self.flow}'" if self.flow is not None else ""
+        return f"the posture of step '{self.step}'{where} must have reached the model"
+
+    def _node(self, path: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"op": self.op, "step": self.step}
+        if self.flow is not None:
+            node["flow"] = self.flow
+        return node
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class _NameAtom(Guard):
     """An atom over a resolver's keys (``<name>:result`` / ``:status``)."""
@@ -586,6 +634,14 @@ def done(step: str) -> Guard:
     return _Done(_name(step, "done step"))
 
 
+def told(step: str, flow: str | None = None) -> Guard:
+    """Step ``step``'s posture was handed to the model (in a turn context that was handed
+    over) since the step was last entered: the question was asked, so a "yes" after it answers
+    it. Inside its own flow, ``flow`` may be left out; elsewhere (``rule.accept_when``) it names
+    the flow, or any running flow's step of that id counts. Reads ``flow:<name>:told``."""
+    return _Told(_name(step, "told step"), None if flow is None else _name(flow, "told flow"))
+
+
 def _resolver(name: object, what: str) -> str:
     # The name prefixes the resolver's keys, so it must make valid keys.
     _key(f"{_name(name, what)}:result", what)
@@ -706,6 +762,12 @@ def _build(op: str, node: Mapping[str, Any], path: str) -> Guard:
         for i, k in enumerate(keys):
             _key(k, f"{path}.keys[{i}]")
         return captured(*keys)
+    if op == "told":
+        step = _field(node, "step", path)
+        where = node.get("flow")
+        if type(step) is not str or (where is not None and type(where) is not str):
+            raise GuardFormatError(f"{path}: told takes a step id and an optional flow name")
+        return told(step, where)
     if op == "eq":
         key = _field(node, "key", path)
         if type(key) is not str:
@@ -743,6 +805,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "captured": ("keys",),
     "called_ok": ("tool",),
     "done": ("step",),
+    "told": ("step", "flow"),
     "resolved": ("name",),
     "failed": ("name",),
     "pending": ("name",),

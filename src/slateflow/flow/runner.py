@@ -26,7 +26,7 @@ import anyio.lowlevel
 
 from ..errors import FlowError, RecoveryError, SlateError, WaitTimeoutError
 from ..resolve.background import BackgroundResult
-from ..resolve.clock import Clock
+from ..resolve.clock import SYSTEM_CLOCK, Clock, wait_on
 from ..state import Change, Key, State
 from ..state.provenance import Stamp
 from . import signals
@@ -42,6 +42,7 @@ from .guards import (
     _CalledOk,
     _Custom,
     _Done,
+    _Fresh,
     _Not,
 )
 from .repair import RepairPolicy, escalate_key, reprompt_key
@@ -140,6 +141,17 @@ class FlowExplanation:
         for tool, reason in self.blocked_tools.items():
             lines.append(f"tool {tool!r} refused: {reason}")
         return "\n".join(lines)
+
+
+def _fresh_names(guard: Guard, names: set[str]) -> None:
+    """Collect the resolvers whose freshness ``guard`` reads."""
+    if isinstance(guard, _Fresh):
+        names.add(guard.name)
+    elif isinstance(guard, _All | _Any):
+        for part in guard.parts:
+            _fresh_names(part, names)
+    elif isinstance(guard, _Not):
+        _fresh_names(guard.part, names)
 
 
 def _marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
@@ -267,10 +279,6 @@ class _Ordered:
             del self.ids[at]
 
 
-def _now(clock: Clock | None) -> float:
-    return clock.monotonic() if clock is not None else anyio.current_time()
-
-
 class _Waiter:
     __slots__ = ("check", "event", "thread", "token")
 
@@ -368,6 +376,7 @@ class FlowRunner:
         # Per entered step with an on_enter action: the seq its resolver's status had then.
         self._fired: dict[int, int] = {}
         self._waiters: list[_Waiter] = []
+        self._fresh_alarm: _Waiter | None = None
         self.violations: list[Violation] = []
         """Tool calls admitted in observe mode that the flow would have refused."""
         self.turns = 0
@@ -380,8 +389,11 @@ class FlowRunner:
         self._lane_scope: anyio.CancelScope | None = None
         self._stamp = Stamp("flow", flow.name, None, None)
         self._keys = tuple(
-            f"flow:{flow.name}:{k}" for k in ("active", "done", "complete", "marking")
+            f"flow:{flow.name}:{k}" for k in ("active", "done", "complete", "marking", "told")
         )
+        # Steps whose posture reached the model since they were entered: the user turn it was.
+        self._told: dict[int, int] = {}
+        self._turn_open = False  # begin_turn ran and on_turn has not finished
         with _running_lock:
             mine = _running.setdefault(state, {})
             ref = mine.get(flow.name)
@@ -400,6 +412,9 @@ class FlowRunner:
                 record = state.get(self._keys[3]) if self._durable and resume else None
                 if record is not None:
                     self._restore(record, state.get(self._keys[1], []))
+                    told = state.get(self._keys[4], [])
+                    if isinstance(told, list):
+                        self._told = {self._ids[t]: 0 for t in told if t in self._ids}
                 for i in range(n):
                     self._push(i)
                 self._dirty_resets.update(range(len(self._resets)))
@@ -413,6 +428,8 @@ class FlowRunner:
         except BaseException:
             self.close()  # unsubscribe and free the flow's name
             raise
+        if session is not None and self._fresh_names:
+            session._soon(session._spawn, self._watch_freshness)
 
     # -- compiling the flow for speed ---------------------------------------------------------
 
@@ -518,6 +535,14 @@ class FlowRunner:
         self._required_set = frozenset(self._required)
         self._terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
         self._universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
+        fresh: set[str] = set()
+        for s in flow.steps:
+            for _, guard in s.guards():
+                _fresh_names(guard, fresh)
+        for reset in self._resets:
+            _fresh_names(reset.guard, fresh)
+        self._fresh_names = tuple(sorted(fresh))
+        self._fresh_keys = frozenset(f"{n}:result" for n in fresh)
 
     # -- latching ---------------------------------------------------------------------------
 
@@ -529,7 +554,13 @@ class FlowRunner:
     def _mark(self) -> Marking:
         marking = self._marking
         if marking is None:
-            marking = Marking(frozenset(self._done_ids.ids), self._tools_ok)
+            steps = self.flow.steps
+            marking = Marking(
+                frozenset(self._done_ids.ids),
+                self._tools_ok,
+                frozenset(steps[i].id for i in self._told),
+                self.name,
+            )
             self._marking = marking
         return marking
 
@@ -701,6 +732,9 @@ class FlowRunner:
                 self._keys_dirty |= 8
         if i in self._repairs:
             self._forget_repair(i)
+        if self._told.pop(i, None) is not None:
+            self._marking = None
+            self._keys_dirty |= 16  # entered again, it must be asked again
         self._push(i)
 
     def _is_complete(self) -> bool:
@@ -741,8 +775,14 @@ class FlowRunner:
         if self._repairs:
             self._show_repair()
         session = self.session
-        if session is not None and events and (self._timed or session._hooks):
-            session._steps_changed(any(kind == "enter" for kind, _ in events), self._timed)
+        if session is not None and events:
+            told = self._told
+            since = min(
+                (told[i] for kind, i in events if kind in ("enter", "active") and i in told),
+                default=None,
+            )
+            if since is not None or self._timed:
+                session._steps_changed(since, self._timed)
 
     def _write_keys(self) -> None:
         """Commit the flow keys that changed (call under the lock; delivered by _publish)."""
@@ -757,6 +797,9 @@ class FlowRunner:
             writes[keys[2]] = self._complete
         if dirty & 8 and self._durable:
             writes[keys[3]] = self._record()
+        if dirty & 16:
+            steps = self.flow.steps
+            writes[keys[4]] = [steps[i].id for i in sorted(self._told)]
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
             self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
@@ -868,7 +911,9 @@ class FlowRunner:
                 session.dispatch(action.resolver)
             elif action.mode == "background":
                 session.background(
-                    action.resolver, action.deliver or self._queue_delivery, action.scheduling
+                    action.resolver,
+                    action.deliver or session.inbox_delivery(self),
+                    action.scheduling,
                 )
             else:
                 self._calls.append(action)
@@ -882,11 +927,6 @@ class FlowRunner:
                 step.id,
                 action.resolver.name,
             )
-
-    def _queue_delivery(self, result: BackgroundResult) -> Any:
-        assert self.session is not None  # background on_enter actions need one
-        # Returned: an interrupt result's push is a coroutine the session awaits.
-        return self.session._to_model(result, self)
 
     async def _run_calls(self) -> None:
         session = self.session
@@ -913,6 +953,25 @@ class FlowRunner:
             self._waiters = [w for w in self._waiters if w not in ready]
         for w in ready:
             w.wake()
+
+    async def _watch_freshness(self) -> None:
+        """Move the flow the moment a result its ``fresh`` guards read goes stale, on the
+        session's clock (a step waiting on freshness does not wait for the next turn)."""
+        session = self.session
+        assert session is not None
+        clock, state = session.clock, self.state
+        while not self._closed:
+            alarm = self._fresh_alarm = _Waiter(lambda: True)
+            delays = [d for n in self._fresh_names if (d := state.fresh_for(n))]
+            if delays:
+                with clock.deadline(min(delays)):
+                    await alarm.event.wait()
+            else:
+                await alarm.event.wait()
+            if self._closed:
+                return
+            if not self._suspended:
+                self._advance_all()
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -950,6 +1009,8 @@ class FlowRunner:
                     push(i)
                 if key_resets:
                     self._dirty_resets.update(key_resets.get(key, ()))
+                if key in self._fresh_keys and self._fresh_alarm is not None:
+                    self._fresh_alarm.wake()  # a new result: a new moment it goes stale
             events = self._latch()
             if self._keys_dirty:
                 self._write_keys()
@@ -987,17 +1048,27 @@ class FlowRunner:
         turn the caller was stuck on it."""
         with self._lock:
             self._turn_no += 1
+            self._turn_open = True
+
+    def abort_turn(self) -> None:
+        """The turn begun was cancelled or failed before :meth:`on_turn` finished: it is not
+        counted (a later turn takes its number)."""
+        with self._lock:
+            if self._turn_open:
+                self._turn_open = False
+                self._turn_no -= 1
 
     async def on_turn(self) -> None:
         """A conversation turn ended: re-evaluate every guard, then wait for ``on_enter``
         actions in call mode (started by this turn or before) to finish, re-advancing on their
         results."""
-        self.turns += 1
         self._advance_all()
         while self._lane is not None:
             await self._lane.wait()
         if self._repairs:
             self._count_turn()
+        self.turns += 1
+        self._turn_open = False
 
     # -- repair ----------------------------------------------------------------------------
 
@@ -1098,6 +1169,9 @@ class FlowRunner:
                 self._reopen(i, events)
             self._tools_ok.clear()
             self._marking = None
+            if self._told:
+                self._told.clear()
+                self._keys_dirty |= 16
             for reset in self._resets:
                 reset.last = False
             self._suspended = False
@@ -1159,6 +1233,42 @@ class FlowRunner:
             if self._keys_dirty:
                 self._write_keys()
         self._publish(events)
+
+    def told_marker(self) -> Callable[[int], None] | None:
+        """The steps speaking now, to record as told when the context carrying their postures
+        is handed to the model (the session calls the result with the user turn number)."""
+        with self._lock:
+            speaking = tuple(rt.index for rt in self._speaking_rts())
+        if not speaking:
+            return None
+        return lambda turn: self._mark_told(speaking, turn)
+
+    def _mark_told(self, steps: tuple[int, ...], turn: int) -> None:
+        """Record ``steps`` as told at user turn ``turn``: ``flow:{name}:told`` and the marking
+        (guards reading ``told`` re-evaluate)."""
+        with self._lock, self._committed():
+            if self._closed:
+                return
+            new = [i for i in steps if i not in self._told and (self._active[i] or self._done[i])]
+            if not new:
+                return
+            for i in new:
+                self._told[i] = turn
+            self._marking = None
+            self._keys_dirty |= 16
+            for i in self._any_marking:
+                self._push(i)
+            self._dirty_resets.update(self._reset_any)
+            events = [] if self._suspended else self._latch()
+            self._write_keys()
+        self._publish(events)
+
+    @property
+    def told_steps(self) -> list[str]:
+        """The steps whose posture reached the model since they were last entered, in flow
+        order (``flow:{name}:told``)."""
+        with self._lock:
+            return [self.flow.steps[i].id for i in sorted(self._told)]
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1292,7 +1402,23 @@ class FlowRunner:
             denial = self._constraint_denial(tool)
             return None if denial is None else self._reason(tool, *denial)
 
-    def _reason(self, tool: str, kind: str, detail: str) -> str:
+    def constraint_denial(self, tool: str) -> tuple[str, str] | None:
+        """Why the flow-wide constraints (``once``, ``never``, ``commit``) would refuse ``tool``
+        now, as ``(kind, detail)``, or None, in either enforcement mode (a stack asks it of a
+        flow it has suspended)."""
+        with self._lock, self._committed():
+            return self._constraint_denial(tool)
+
+    def refusal_text(
+        self, tool: str, kind: str, detail: str, *, available: list[str] | None = None
+    ) -> str:
+        """The refusal of ``tool`` for ``(kind, detail)`` told from this flow's point of view:
+        the tools it admits now (or ``available``, when the caller knows better) and its active
+        posture."""
+        with self._lock, self._committed():
+            return self._reason(tool, kind, detail, available)
+
+    def _reason(self, tool: str, kind: str, detail: str, available: list[str] | None = None) -> str:
         if kind == "once":
             return (
                 f"'{tool}' has already run and may run only once in this conversation. "
@@ -1304,7 +1430,8 @@ class FlowRunner:
             head = f"'{tool}' is not allowed during the current step ('{detail}')."
         else:
             head = f"'{tool}' is not part of the current step ({detail})."
-        available = [t for t in self._universe if self._denial(t) is None]
+        if available is None:
+            available = [t for t in self._universe if self._denial(t) is None]
         if available:
             head += " Available now: " + ", ".join(available) + "."
         else:
@@ -1431,8 +1558,8 @@ class FlowRunner:
                 f"flow {self.name!r}: the timeout waiting for {what} must be a finite number of "
                 f"seconds or None, got {timeout!r}"
             )
-        clock = self.session.clock if self.session is not None else None
-        deadline = None if timeout is None else _now(clock) + timeout
+        clock: Clock = self.session.clock if self.session is not None else SYSTEM_CLOCK
+        deadline = None if timeout is None else clock.monotonic() + timeout
         while True:
             with self._lock:
                 if check():
@@ -1441,20 +1568,19 @@ class FlowRunner:
                 waiter = _Waiter(check)
                 self._waiters.append(waiter)
             try:
-                if deadline is None:
-                    await waiter.event.wait()
-                else:
-                    left = deadline - _now(clock)
-                    with (
-                        clock.deadline(left)
-                        if clock is not None
-                        else anyio.move_on_after(left) as scope
-                    ):
-                        await waiter.event.wait()
-                    if scope.cancelled_caught and not waiter.event.is_set():
-                        raise WaitTimeoutError(
-                            f"flow {self.name!r}: waited {timeout}s for {what}\n{self.explain()}"
-                        )
+                left = None if deadline is None else max(deadline - clock.monotonic(), 0.0)
+                # Under a manual clock, time jumps while every task is blocked: never a hang.
+                outcome = await wait_on(clock, waiter.event, left)
+                if outcome == "stuck" and not check():
+                    raise WaitTimeoutError(
+                        f"flow {self.name!r}: waiting for {what}, but nothing can ever get it "
+                        f"there: every task is blocked and no timer is due on the manual "
+                        f"clock\n{self.explain()}"
+                    )
+                if outcome == "timeout" and not waiter.event.is_set():
+                    raise WaitTimeoutError(
+                        f"flow {self.name!r}: waited {timeout}s for {what}\n{self.explain()}"
+                    )
             finally:
                 with self._lock, contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
@@ -1478,6 +1604,8 @@ class FlowRunner:
             if self._lane_scope is not None:
                 self._lane_scope.cancel()
             waiters, self._waiters = self._waiters, []
+            if self._fresh_alarm is not None:
+                waiters.append(self._fresh_alarm)
         if self._sub is not None:
             self._sub.close()
         with _running_lock:

@@ -17,13 +17,14 @@ Digressions are one level deep: while one is active no other triggers. The stack
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import FlowDefinitionError, FlowError, SlateError
 from ..resolve.background import BackgroundResult
 from ..state import State
+from . import signals
 from .definition import Flow
 from .guards import Guard
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
@@ -157,7 +158,9 @@ class StackRunner:
         self.name = stack.main.name
         self.main = FlowRunner(stack.main, state, session=session, enforcement=enforcement)
         self._active: tuple[Digression, FlowRunner] | None = None
-        self._closing = False
+        # The turn whose context says a completed digression's closing words (None: none).
+        self._closing_turn: int | None = None
+        self._driving = False  # in on_turn or on_tool_ok, which check the closing themselves
         self.terminated: str | None = None
         """The digression that ended the conversation, once one has."""
         self.history: list[tuple[int, str, str]] = []
@@ -223,16 +226,38 @@ class StackRunner:
         if self._active is not None:
             self._active[1].begin_turn()
 
+    def abort_turn(self) -> None:
+        """The turn begun was cancelled or failed before it was counted: no layer counts it."""
+        self.main.abort_turn()
+        if self._active is not None:
+            self._active[1].abort_turn()
+
+    def told_marker(self) -> Callable[[int], None] | None:
+        """The speaking layer's steps, to record as told when their context reaches the model
+        (none once the conversation has ended)."""
+        return None if self._silent() else self.current.told_marker()
+
     async def on_turn(self) -> None:
         """A turn ended: close a digression that completed last turn (resuming the main flow
         as it says), then advance the digression that has the floor, or start one whose
         trigger holds, or advance the main flow."""
         self._check_open()
+        self._driving = True
+        try:
+            await self._turn()
+        finally:
+            self._driving = False
+        # A digression that completed stays the speaking layer for this turn, so its closing
+        # words are said; the main flow takes over at the next turn.
+        self._check_closing()
+        self._publish()
+
+    async def _turn(self) -> None:
         self.turns += 1
-        if self._active is not None and self._closing:
+        closing = self._closing_turn
+        if self._active is not None and closing is not None and self.turns > closing:
             self._leave()
         if self.terminated is not None:
-            self._publish()
             return
         if self._active is not None:
             await self._active[1].on_turn()
@@ -255,30 +280,42 @@ class StackRunner:
                 runner._entered_this_turn()
                 self.main.suspend()
                 self._active = (d, runner)
+                # Completed between turns by a write (a background result, a webhook): noticed
+                # at once, so a terminating one refuses tools before the next turn.
+                signals.flow_completed.connect(self._digression_completed, sender=runner)
                 self.history.append((self.turns, d.name, "entered"))
                 await runner.on_turn()
-        # A digression that completed stays the speaking layer for this turn, so its closing
-        # words are said; the main flow takes over at the next turn.
-        self._check_closing()
-        self._publish()
 
-    def _check_closing(self) -> None:
-        """Note a digression that completed: it speaks its closing words this turn, and one
-        that terminates ends the conversation at once (no tool may run while they are said)."""
-        self._closing = self._active is not None and self._active[1].is_complete
+    def _check_closing(self, *, between_turns: bool = False) -> None:
+        """Note a digression that completed: it speaks its closing words on this turn (or, when
+        it completed between turns, on the next one), and one that terminates ends the
+        conversation at once (no tool may run while they are said)."""
+        complete = self._active is not None and self._active[1].is_complete
+        if not complete:
+            self._closing_turn = None
+            return
+        if self._closing_turn is None:
+            self._closing_turn = self.turns + (1 if between_turns else 0)
         if (
-            self._closing
-            and self._active is not None
+            self._active is not None
             and self._active[0].resume == "terminate"
             and self.terminated is None
         ):
             self.terminated = self._active[0].name
             self.history.append((self.turns, self.terminated, "terminated"))
 
+    def _digression_completed(self, runner: FlowRunner, **_: Any) -> None:
+        if self._active is not None and self._active[1] is runner and not self._driving:
+            # During a turn (its extractors wrote) the turn is not counted yet: it says them.
+            self._check_closing(between_turns=True)
+            self._publish()
+
     def _leave(self) -> None:
         assert self._active is not None
         d, runner = self._active
         self._active = None
+        self._closing_turn = None
+        signals.flow_completed.disconnect(self._digression_completed, sender=runner)
         runner.close()
         if d.resume == "terminate":
             pass  # terminated on the turn it completed
@@ -294,7 +331,11 @@ class StackRunner:
         main flow too (its ``once`` holds across digressions); nothing once terminated."""
         self._check_open()
         if self.terminated is None:
-            self.current.on_tool_ok(tool)
+            self._driving = True
+            try:
+                self.current.on_tool_ok(tool)
+            finally:
+                self._driving = False
             if self._active is not None:
                 self.main.on_tool_ok(tool)
                 self._check_closing()  # a tool may complete (and so end) the digression
@@ -353,7 +394,7 @@ class StackRunner:
             return Admission(tool, False, self._ended())
         admission = self.current.admit(tool)
         if admission.allowed and not admission.violation and self._active is not None:
-            binding = self.main._constraint_reason(tool)
+            binding = self._binding(tool)
             if binding is not None:
                 if self.enforcement is Enforcement.OBSERVE:
                     self.main.violations.append(
@@ -369,8 +410,8 @@ class StackRunner:
         if self.terminated is not None:
             return None if self.enforcement is Enforcement.OBSERVE else self._ended()
         refusal = self.current.refusal(tool)
-        if refusal is None and self._active is not None:
-            refusal = self.main.constraint_refusal(tool)
+        if refusal is None and self._active is not None and self.enforcement is Enforcement.ENFORCE:
+            refusal = self._binding(tool)
         return refusal
 
     def why_blocked(self, tool: str) -> str | None:
@@ -379,8 +420,23 @@ class StackRunner:
             return self._ended()
         reason = self.current.why_blocked(tool)
         if reason is None and self._active is not None:
-            reason = self.main._constraint_reason(tool)
+            reason = self._binding(tool)
         return reason
+
+    def _binding(self, tool: str) -> str | None:
+        """Why the suspended main flow's constraints refuse ``tool`` while a digression speaks:
+        told in the digression's words (its tools and posture), since the model follows it."""
+        denial = self.main.constraint_denial(tool)
+        if denial is None:
+            return None
+        session_tools = self.session.tools if self.session is not None else ()
+        candidates = dict.fromkeys([*session_tools, *self.known_tools()])
+        available = [
+            t
+            for t in candidates
+            if self.current.why_blocked(t) is None and self.main.constraint_denial(t) is None
+        ]
+        return self.current.refusal_text(tool, *denial, available=available)
 
     def explain(self) -> FlowExplanation:
         """The speaking layer's explanation."""

@@ -16,13 +16,14 @@ from .background import (
     default_result,
 )
 from .clock import Clock, ManualClock, SystemClock
+from .inbox import Inbox
 from .llm import LLM, LLMRequest, LLMResponse, Usage
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent, call
 from .retry import Retry
 from .run import Mode, Run, RunStatus
 from .session import Session
 from .template import Template
-from .turns import Inbox, Turn, TurnContext
+from .turns import Turn, TurnContext
 from .watchers import Watcher
 
 Dispatch = Run

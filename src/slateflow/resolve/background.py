@@ -38,6 +38,8 @@ class BackgroundResult(BaseModel):
     ``error`` (the message also written to ``<name>:error``) when it failed. ``response`` is the
     payload for the model, made by the Session's result formatter. A run cancelled because a newer
     run of the same name took over is delivered with ``superseded=True`` and ``SILENT`` scheduling.
+    ``seq`` is the State commit that recorded the outcome (0 when nothing was written), so two
+    results of one resolver can be told apart and ordered.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -50,6 +52,7 @@ class BackgroundResult(BaseModel):
     attempts: int = 0
     superseded: bool = False
     response: dict[str, Any] = Field(default_factory=dict)
+    seq: int = 0
 
 
 Deliver = Callable[[BackgroundResult], Awaitable[None] | None]

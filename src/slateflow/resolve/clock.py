@@ -12,12 +12,12 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "WaitOutcome", "wait_on"]
 
 
 @runtime_checkable
@@ -71,6 +71,10 @@ class SystemClock:
 
 SYSTEM_CLOCK = SystemClock()
 
+# Real seconds a manual-clock wait with no timer left lets pass, polling, before it gives up.
+_STUCK_AFTER = 1.0
+_STUCK_POLL = 0.01
+
 # 2026-01-01T00:00:00Z: a fixed start keeps timestamps in tests reproducible.
 _DEFAULT_START = 1_767_225_600.0
 
@@ -102,15 +106,25 @@ class ManualClock:
     the woken tasks run until they block again, so a test sees the same sequence of events on
     every run, on asyncio and trio. ``time()`` starts at ``start`` (default 2026-01-01 UTC).
     Use it from one event loop.
+
+    A wait of the kit never hangs: while a flow's ``wait_for_step`` / ``wait_complete``, a
+    session's ``wait_idle`` or ``wait_for_delivery`` waits on this clock and every task is
+    blocked, time jumps to the next timer (as trio's ``MockClock(autojump_threshold=0)``
+    does), so a timeout fires instead of hanging; with no timer at all, the wait fails with a
+    message naming what it waited for. ``autojump=False`` turns the jumps off (the waits then
+    wait for ``advance``, as before).
     """
 
-    def __init__(self, start: float = _DEFAULT_START) -> None:
+    def __init__(self, start: float = _DEFAULT_START, *, autojump: bool = True) -> None:
         if not math.isfinite(start):
             raise ValueError(f"ManualClock start must be a finite number, got {start!r}")
         self._start = float(start)
         self._elapsed = 0.0
         self._heap: list[tuple[float, int, _Timer]] = []
         self._order = itertools.count()
+        self.autojump = bool(autojump)
+        self._advancing = 0  # advance() calls running: a wait does not jump meanwhile
+        self._quiet: anyio.Event | None = None  # set when the last advance() returns
 
     def __call__(self) -> float:
         return self._start + self._elapsed
@@ -186,21 +200,94 @@ class ManualClock:
         if not seconds >= 0 or not math.isfinite(seconds):
             raise ValueError(f"advance() takes a finite number of seconds >= 0, got {seconds!r}")
         target = self._elapsed + seconds
-        await settle()
-        while True:
-            due = self.next_due()
-            if due is None or self._elapsed + due > target:
-                break
-            now = self._heap[0][0]
-            self._elapsed = max(self._elapsed, now)
-            while self._heap and self._heap[0][0] <= now:
-                heapq.heappop(self._heap)[2].fire()
+        self._advancing += 1
+        try:
             await settle()
-        self._elapsed = target
+            while True:
+                due = self.next_due()
+                if due is None or self._elapsed + due > target:
+                    break
+                now = self._heap[0][0]
+                self._elapsed = max(self._elapsed, now)
+                while self._heap and self._heap[0][0] <= now:
+                    heapq.heappop(self._heap)[2].fire()
+                await settle()
+            self._elapsed = target
+            await settle()
+        finally:
+            self._advancing -= 1
+            if not self._advancing and self._quiet is not None:
+                self._quiet.set()
+                self._quiet = None
+
+    async def settle(self) -> None:
+        """Let every other task run until all of them are blocked; time does not move."""
         await settle()
+
+    async def _wait_jumping(self, event: anyio.Event, timeout: float | None) -> WaitOutcome:
+        """Wait for ``event``; whenever every task is blocked, jump to the next timer."""
+        stuck = False
+        with self.deadline(timeout) if timeout is not None else anyio.CancelScope():
+            async with anyio.create_task_group() as tg:
+
+                async def jump() -> None:
+                    nonlocal stuck
+                    idle_since: float | None = None
+                    while not event.is_set():
+                        if self._advancing:
+                            # The test is moving time itself: wait for it to finish.
+                            quiet = self._quiet = self._quiet or anyio.Event()
+                            await quiet.wait()
+                            await anyio.lowlevel.checkpoint()
+                            continue
+                        await settle()
+                        if event.is_set() or self._advancing:
+                            continue
+                        due = self.next_due()
+                        if due is not None:
+                            idle_since = None
+                            await self.advance(due)
+                            continue
+                        # No timer left. A worker thread may still be about to write: only
+                        # after a moment of real time with nothing happening is it hopeless.
+                        now = time.monotonic()
+                        if idle_since is None:
+                            idle_since = now
+                        elif now - idle_since >= _STUCK_AFTER:
+                            stuck = True  # nothing can ever happen: give up instead of hanging
+                            tg.cancel_scope.cancel()
+                            return
+                        await anyio.sleep(_STUCK_POLL)
+
+                tg.start_soon(jump, name="slateflow:autojump")
+                await event.wait()
+                tg.cancel_scope.cancel()
+        if event.is_set():
+            return "set"
+        return "stuck" if stuck else "timeout"
 
     def __repr__(self) -> str:
         return f"ManualClock(time={self.time():.6f}, pending={self.pending})"
+
+
+WaitOutcome = Literal["set", "timeout", "stuck"]
+
+
+async def wait_on(clock: Clock, event: anyio.Event, timeout: float | None) -> WaitOutcome:
+    """Wait until ``event`` is set, for at most ``timeout`` seconds of ``clock``.
+
+    ``"set"``, or ``"timeout"``; under a :class:`ManualClock` with ``autojump`` time jumps to
+    the next timer whenever every task is blocked, and ``"stuck"`` means no timer was left at
+    all (nothing could ever set the event), so a test fails instead of hanging.
+    """
+    if isinstance(clock, ManualClock) and clock.autojump:
+        return await clock._wait_jumping(event, timeout)
+    if timeout is None:
+        await event.wait()
+        return "set"
+    with clock.deadline(timeout):
+        await event.wait()
+    return "set" if event.is_set() else "timeout"
 
 
 async def settle(max_rounds: int = 10_000) -> None:

@@ -77,12 +77,14 @@ class Run:
         "ignored_cancel",
         "inputs",
         "mode",
+        "outcome_seq",
         "resolver",
         "scheduling",
         "started_at",
         "state",
         "status",
         "superseded",
+        "to_inbox",
         "value",
     )
 
@@ -113,6 +115,10 @@ class Run:
         self.ignored_cancel = False
         self.deliver = deliver
         self.scheduling = scheduling
+        # Set by a Session when the outcome goes to its inbox (the model), not a callback: on a
+        # durable state the outcome then records how to hand it over again after a restart.
+        self.to_inbox = False
+        self.outcome_seq = 0  # the commit that recorded the outcome
         # The task running it (dispatch and background modes): cancel() cancels it.
         self._handle: TaskHandle[None] | None = None
         # Set by a Session: ends a queued run at once, or watches a started one wind down.
@@ -354,6 +360,11 @@ class Run:
         }
         if self.inputs is not None:
             meta["inputs"] = self.inputs
+        if self.to_inbox and self.state.store is not None:
+            meta["inbox"] = True
+            meta["scheduling"] = (
+                self.scheduling.value if self.scheduling is not None else "when_idle"
+            )
         return meta
 
     def _commit(
@@ -362,11 +373,11 @@ class Run:
         removes: tuple[str, ...],
         meta: dict[str, Any],
         refresh: frozenset[str] = frozenset(),
-    ) -> None:
+    ) -> int:
         # The meta is built here from JSON values only, so the stamp skips re-validating it.
         resolver = self.resolver
         stamp = Stamp(resolver.kind, resolver.name, None, meta)
-        self.state._commit_owned(writes, removes, stamp, self.mode, refresh=refresh)
+        return self.state._commit_owned(writes, removes, stamp, self.mode, refresh=refresh)
 
     def write_running(self) -> None:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
@@ -409,7 +420,9 @@ class Run:
                 writes[resolver.status_key] = "done"
             try:
                 # An equal value from a new run is still written: its age and inputs are new.
-                self._commit(writes, (resolver.error_key,), meta, resolver.refresh_result)
+                self.outcome_seq = self._commit(
+                    writes, (resolver.error_key,), meta, resolver.refresh_result
+                )
                 return
             except SlateError as exc:
                 self.exception = exc
@@ -424,7 +437,9 @@ class Run:
             if status:
                 writes[resolver.status_key] = "error"
             try:
-                self._commit(writes, (resolver.result_key,), meta, resolver.refresh_error)
+                self.outcome_seq = self._commit(
+                    writes, (resolver.result_key,), meta, resolver.refresh_error
+                )
                 return
             except SlateError as exc:
                 log.error("resolver %r: its error could not be written: %s", self.name, exc)
@@ -435,7 +450,7 @@ class Run:
             if self.status == "cancelled":
                 meta["reason"] = self.cancel_reason or "cancelled"
             try:
-                self._commit({resolver.status_key: self.status}, (), meta)
+                self.outcome_seq = self._commit({resolver.status_key: self.status}, (), meta)
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
 
@@ -480,4 +495,5 @@ class Run:
             scheduling=scheduling,
             attempts=self.attempts,
             superseded=self.superseded,
+            seq=self.outcome_seq,
         )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import heapq
 import inspect
 import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -22,6 +23,7 @@ from ..errors import (
     RecoveryError,
     ResolverDefinitionError,
     SessionError,
+    WaitTimeoutError,
 )
 from ..state import Change, Key, State
 from ..state.provenance import Stamp
@@ -36,20 +38,13 @@ from .background import (
     default_ack,
     default_result,
 )
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, wait_on
+from .dialog import Dialog, HandoverMode
+from .inbox import Inbox, ToInbox
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
-from .turns import (
-    VOICE_TIMING_KEY,
-    Governor,
-    Inbox,
-    Turn,
-    TurnContext,
-    TurnHook,
-    context_lines,
-    delivery_line,
-)
+from .turns import Governor, Turn, TurnContext, TurnHook
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Runnable", "Session"]
@@ -75,8 +70,28 @@ class Runnable(Protocol[_R_co]):
     def _run_in(self, session: Session, /, *, enforcement: Any) -> _R_co: ...
 
 
-def _closed(runner: object) -> bool:
-    return bool(getattr(runner, "closed", False))
+def _spawn_detached(fn: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> None:
+    """Run ``fn`` in a task of its own that no task group of the caller owns (it must never
+    raise): an asyncio task, or a trio system task."""
+    import sniffio
+
+    library = sniffio.current_async_library()
+    context = contextvars.copy_context()
+    if library == "trio":
+        import trio
+
+        trio.lowlevel.spawn_system_task(fn, name=name, context=context)
+        return
+    import asyncio
+
+    task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+        fn(), name=name, context=context
+    )
+    _HOSTS.add(task)  # asyncio keeps only weak references to tasks
+    task.add_done_callback(_HOSTS.discard)
+
+
+_HOSTS: set[Any] = set()
 
 
 class _Slot:
@@ -106,10 +121,15 @@ class Session:
 
     ``max_concurrency`` caps how many sources run at once (the rest wait, status ``running``).
     ``clock`` drives timeouts, retry backoff and debounce (a ``ManualClock`` in tests).
-    ``redact`` cleans each user turn before anything reads it (default: card numbers and long
-    digit runs masked; pass ``None`` to keep the words as heard). ``tools`` names the agent's
-    tools, for the turn context. ``on_delivery`` receives ``interrupt`` background results the
-    moment they land (unless the user is interrupting); everything else waits for the next turn.
+    ``redact`` cleans each user turn before anything reads it (default: card numbers, codes,
+    e-mails and long digit runs masked, written or spoken; a
+    :class:`~slateflow.conversation.Redactor` configures it; ``None`` keeps the words as heard).
+    ``tools`` names the agent's tools, for the turn context. ``on_delivery`` receives
+    ``interrupt`` background results the moment they land (unless the user is interrupting);
+    everything else waits for the next context, and ``on_waiting`` (sync or async) is told each
+    time a result starts waiting for the model between turns. ``handover`` says what building a
+    turn context does to the last one not yet confirmed: ``"auto"`` (default) counts it as
+    handed to the model, ``"explicit"`` as dropped (see :class:`TurnContext`).
     ``on_exit="cancel"`` (default) cancels what is still running when the block ends;
     ``on_exit="wait"`` waits for it first (reactions and watchers stop either way). A resolver's
     exception never escapes the session: it becomes the run's error. A source that ignores
@@ -117,8 +137,10 @@ class Session:
     it, so no task outlives the block. ``ack_formatter`` and ``result_formatter`` shape what
     background mode tells the model.
 
-    Call its methods from the thread running the event loop. Writes to the state may come from
-    any thread: reactions and watchers are woken on the session's loop.
+    Open it with ``async with``, or with ``await session.start()`` and ``await
+    session.aclose()`` from different tasks (a framework's start and end callbacks). Call its
+    methods from the thread running the event loop. Writes to the state may come from any
+    thread: reactions and watchers are woken on the session's loop.
     """
 
     def __init__(
@@ -134,6 +156,8 @@ class Session:
         redact: Callable[[str], str] | None = redact_transcript,
         tools: Iterable[str] = (),
         on_delivery: Deliver | None = None,
+        on_waiting: Deliver | None = None,
+        handover: HandoverMode = "auto",
     ) -> None:
         if not isinstance(state, State):
             raise TypeError(f"Session needs a State, got {type(state).__name__}")
@@ -174,24 +198,16 @@ class Session:
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
         self._runners: list[_Closable] = []
-        if redact is not None and not callable(redact):
-            raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
-        if on_delivery is not None and not callable(on_delivery):
-            raise TypeError(f"on_delivery must be a callable or None, got {on_delivery!r}")
-        self.redact = redact
         names = [tools] if isinstance(tools, str) else list(tools)
-        self.tools: tuple[str, ...] = tuple(dict.fromkeys(names))
-        self.on_delivery = on_delivery
-        self.transcript: list[Turn] = []
-        """Every user turn so far, redacted, oldest first."""
-        self.inbox = Inbox()
-        """Background results waiting for the model (see :meth:`take_deliveries`)."""
-        self._hooks: list[TurnHook] = []
-        self._govs: list[Governor] = []
-        self._turn_lock: anyio.Lock | None = None
-        self._interrupting = False
-        self._last_lines: frozenset[str] = frozenset()
-        self._timing: Any = None
+        self._dialog = Dialog(
+            self,
+            redact=redact,
+            tools=tuple(dict.fromkeys(names)),
+            on_delivery=on_delivery,
+            on_waiting=on_waiting,
+            handover=handover,
+        )
+        self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
         self._opened_seq = 0
         # Resolvers a resuming flow has taken on re-dispatching: resume() leaves them alone.
         self._claimed: set[str] = set()
@@ -208,10 +224,9 @@ class Session:
         self._thread = threading.get_ident()
         if self._max_concurrency is not None:
             self._limiter = anyio.CapacityLimiter(self._max_concurrency)
-        # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
-        self._turn_lock = anyio.Lock(fast_acquire=True)
         self._opened_seq = self.state.cursor
         self._open = True
+        self._dialog.open()
         return self
 
     async def __aexit__(
@@ -250,6 +265,52 @@ class Session:
             finally:
                 self._open = False
         return result
+
+    async def start(self) -> Session:
+        """Open the session without an ``async with`` block, for hosts whose start and end run
+        in different tasks (a pipecat processor's StartFrame and EndFrame, a LiveKit agent's
+        entrypoint and shutdown callback). Its task group lives in a task of its own until
+        :meth:`aclose`; the guarantees are those of ``async with`` (no task outlives the
+        session; every run ends in exactly one terminal status). Returns the session."""
+        if self._open or self._closing or self._host is not None:
+            raise SessionError("a Session can be started once; make a new one")
+        opened, leave = anyio.Event(), anyio.Event()
+        failure: list[BaseException] = []
+        closed = anyio.Event()
+        self._host = (leave, closed, failure)
+
+        async def host() -> None:
+            try:
+                async with self:
+                    opened.set()
+                    await leave.wait()
+            except BaseException as exc:  # handed to start() or aclose(), never lost
+                failure.append(exc)
+            finally:
+                opened.set()
+                closed.set()
+
+        _spawn_detached(host, name="slateflow:session")
+        await opened.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    async def aclose(self) -> None:
+        """Close a session opened with :meth:`start` (from any task of its event loop): like
+        the end of an ``async with`` block, what is still running is cancelled (or awaited,
+        with ``on_exit="wait"``). Safe to call twice."""
+        if self._host is None:
+            raise SessionError(
+                "aclose() closes a session opened with 'await session.start()'; a session "
+                "opened with 'async with' closes when its block ends"
+            )
+        leave, closed, failure = self._host
+        leave.set()
+        await closed.wait()
+        if failure:
+            exc = failure.pop()
+            raise exc
 
     def _watch_cancelled(self, run: Run) -> None:
         """A started run was cancelled: report it if it is still running ``cancel_grace`` later."""
@@ -336,7 +397,7 @@ class Session:
         model).
         """
         if deliver is None:
-            deliver = self._to_model
+            deliver = self.inbox_delivery(None)
         if not callable(deliver):
             raise TypeError(
                 f"background({resolver.name!r}, deliver): deliver must be a callable taking a "
@@ -381,6 +442,7 @@ class Session:
                 "it (session.is_running) or dispatch with another on_conflict policy"
             )
         run = Run(resolver, mode, self.state, self.clock, deliver=deliver, scheduling=scheduling)
+        run.to_inbox = isinstance(deliver, ToInbox)
         if busy and policy == "queue":
             assert slot is not None
             run.status = "queued"
@@ -588,12 +650,20 @@ class Session:
     async def wait_idle(self) -> None:
         """Wait until no run is in flight or queued and no watcher action is pending.
 
-        Reactions may start more runs later (after their debounce).
+        Reactions may start more runs later (after their debounce). Under a ``ManualClock``
+        time jumps to the next timer while every task is blocked, and if nothing can ever end
+        the runs (every task blocked, no timer left) this raises
+        :class:`~slateflow.errors.WaitTimeoutError` naming them instead of hanging.
         """
         while self._count or self._actions:
             if self._idle is None:
                 self._idle = anyio.Event()
-            await self._idle.wait()
+            if await wait_on(self.clock, self._idle, None) == "stuck":
+                running = ", ".join(sorted({r.name for r in self.runs()})) or "watcher actions"
+                raise WaitTimeoutError(
+                    f"wait_idle: {running} can never end: every task is blocked and no timer "
+                    "is due on the manual clock (complete the fake, or advance the clock)"
+                )
 
     def _check_idle(self) -> None:
         if not self._count and not self._actions and self._idle is not None:
@@ -664,7 +734,9 @@ class Session:
             self._claimed.add(name)
             if meta.get("mode") == "background":
                 hint = Scheduling(str(meta.get("scheduling", Scheduling.WHEN_IDLE.value)))
-                runs.append(self._submit(found, "background", None, self._to_model, hint))
+                runs.append(
+                    self._submit(found, "background", None, self.inbox_delivery(None), hint)
+                )
             else:
                 runs.append(self._submit(found, "dispatch", None, None, None))
         return runs
@@ -725,10 +797,47 @@ class Session:
         runner = flow._run_in(self, enforcement=enforcement)
         self._runners.append(runner)
         if isinstance(runner, Governor):  # checked once: a Protocol isinstance is slow
-            self._govs.append(runner)
+            self._dialog.governors.append(runner)
         return runner
 
-    # -- turns -----------------------------------------------------------------------------
+    # -- turns (the session's Dialog) ------------------------------------------------------------
+
+    @property
+    def redact(self) -> Callable[[str], str] | None:
+        """What cleans each user turn before anything reads it (None: nothing)."""
+        return self._dialog.redact
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The agent's tools, for the turn context."""
+        return self._dialog.tools
+
+    @property
+    def on_delivery(self) -> Deliver | None:
+        """Receives ``interrupt`` background results the moment they land."""
+        return self._dialog.on_delivery
+
+    @on_delivery.setter
+    def on_delivery(self, value: Deliver | None) -> None:
+        if value is not None and not callable(value):
+            raise TypeError(f"on_delivery must be a callable or None, got {value!r}")
+        self._dialog.on_delivery = value
+
+    @property
+    def transcript(self) -> list[Turn]:
+        """The conversation so far, redacted, oldest first: every user turn (``speaker`` is
+        ``"user"``) and what the agent said (``"agent"``, from :meth:`agent_said`)."""
+        return self._dialog.transcript
+
+    @property
+    def cancelled_turns(self) -> list[Turn]:
+        """User turns that were cancelled or failed before they completed (not taken)."""
+        return self._dialog.cancelled_turns
+
+    @property
+    def inbox(self) -> Inbox:
+        """Background results waiting for the model (see :meth:`take_deliveries`)."""
+        return self._dialog.inbox
 
     def add_extractor(self, extractor: TurnHook) -> None:
         """Run ``extractor`` on this session's user turns, as its triggers say.
@@ -740,120 +849,46 @@ class Session:
                 f"add_extractor takes an extractor (Extract(...).build() or an LLMExtractor), "
                 f"got {extractor!r}"
             )
-        if extractor in self._hooks:
+        hooks = self._dialog.hooks
+        if extractor in hooks:
             raise SessionError(f"extractor {extractor.name!r} is already added to this session")
-        self._hooks.append(extractor)
-
-    def _governors(self) -> list[Governor]:
-        return [g for g in self._govs if not _closed(g)]
+        hooks.append(extractor)
 
     async def user_turn(self, text: str) -> TurnContext:
         """Handle what the user just said and return what the model should be told now.
 
         In order: the text is redacted and recorded (``session.transcript``, ``turn:user`` and
         ``session:turn``); the extractors run; the flows advance (``on_turn``, which also waits
-        for their call-mode actions); the context is built; the ``turn:`` and ``temp:`` keys
-        are cleared. Turns are handled one at a time, in the order they arrive.
+        for their call-mode actions); the context is built (pending until handed over, see
+        :class:`TurnContext`); the ``turn:`` and ``temp:`` keys are cleared. Turns are handled
+        one at a time, in the order they arrive. A turn that is cancelled (a barge-in cancels
+        its task) or raises is not taken: its turn keys are cleared, it leaves the transcript
+        (see :attr:`cancelled_turns`) and the flows do not count it; the error propagates.
         """
-        self._check_usable()
-        if not isinstance(text, str):
-            raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
-        assert self._turn_lock is not None
-        async with self._turn_lock:
-            clean = self.redact(text) if self.redact is not None else text
-            turn = Turn(len(self.transcript) + 1, clean, self.clock.time())
-            self.transcript.append(turn)
-            with self.state.transaction():
-                self.state.set("session:turn", turn.number, source="session", writer="turn")
-                self.state.set("turn:user", clean, source="session", writer="turn")
-            governors = self._governors()
-            for governor in governors:
-                governor.begin_turn()
-            for hook in list(self._hooks):
-                await self._hook(hook, hook._on_turn(self, turn))
-            for governor in governors:
-                await governor.on_turn()
-            self.publish_timing()
-            context = self._context(turn)
-            self.state.end_turn()
-        return context
+        return await self._dialog.user_turn(text)
 
     def context_now(self) -> TurnContext:
         """What the model should be told now, between turns: when a background result has
         landed while the model is idle, say. Built like a turn's context (waiting deliveries are
         handed over, lines already sent are not repeated) for the last turn (number 0 before
         the first); nothing is recorded and no extractor runs."""
-        self._check_usable()
-        turn = self.transcript[-1] if self.transcript else Turn(0, "", self.clock.time())
-        self.publish_timing()
-        return self._context(turn)
+        return self._dialog.context_now()
+
+    def agent_said(self, text: str) -> Turn:
+        """Record what the agent actually said (a voice adapter reports the words spoken, up to
+        where the caller cut it off): it joins the transcript (``speaker="agent"``) and the
+        context it was spoken from counts as handed over (its steps' postures as told)."""
+        return self._dialog.agent_said(text)
 
     async def tool_ok(self, tool: str) -> None:
         """Report that ``tool`` ran successfully: the flows advance (``once``, ``commit`` and
         ``called_ok`` guards see it) and extractors with ``Trigger.after_tool()`` run."""
-        self._check_usable()
-        if type(tool) is not str or not tool:
-            raise TypeError(f"tool_ok takes the tool's name, got {tool!r}")
-        for governor in self._governors():
-            governor.on_tool_ok(tool)
-        assert self._turn_lock is not None
-        async with self._turn_lock:
-            for hook in list(self._hooks):
-                await self._hook(hook, hook._on_tool(self, tool))
-        self.publish_timing()
+        await self._dialog.tool_ok(tool)
 
     def refusal(self, tool: str) -> str | None:
         """Why a flow of this session refuses ``tool`` now (for the model), or None if every
         flow admits it."""
-        for governor in self._governors():
-            reason = governor.refusal(tool)
-            if reason is not None:
-                return reason
-        return None
-
-    async def _hook(self, hook: TurnHook, work: Any) -> None:
-        try:
-            await work
-        except Exception as exc:
-            # One broken extractor must not cost the caller their turn.
-            log.error("slateflow session: extractor %r failed", hook.name, exc_info=exc)
-            self._report(hook, exc)
-
-    def _context(self, turn: Turn) -> TurnContext:
-        governors = self._governors()
-        postures = [p for g in governors for p in g.postures()]
-        grounds = [x for g in governors for x in g.grounds()]
-        reprompts = [x for g in governors for x in g.reprompts()]
-        unmet = [u for g in governors for u in g.unmet_requirements()]
-        known = dict.fromkeys(self.tools)
-        for g in governors:
-            known.update(dict.fromkeys(g.known_tools()))
-        refused: dict[str, str] = {}
-        for tool in known:
-            reason = self.refusal(tool)
-            if reason is not None:
-                refused[tool] = reason
-        tools = [t for t in known if t not in refused]
-        deliveries = self.take_deliveries()
-        every = context_lines(postures, grounds, reprompts, unmet, deliveries, tools)
-        # A new result is news even when its text matches last turn's (a re-poll's answer).
-        news = {delivery_line(d) for d in deliveries}
-        lines = [line for line in every if line in news or line not in self._last_lines]
-        self._last_lines = frozenset(every)
-        timing = self._timing
-        return TurnContext(
-            turn,
-            tuple(postures),
-            tuple(grounds),
-            tuple(reprompts),
-            tuple(unmet),
-            tuple(deliveries),
-            tuple(tools),
-            refused,
-            timing.model_dump(mode="json", exclude_none=True) if timing is not None else None,
-            tuple(every),
-            tuple(lines),
-        )
+        return self._dialog.refusal(tool)
 
     # -- deliveries --------------------------------------------------------------------------
 
@@ -862,94 +897,60 @@ class Session:
         once (here, in a :class:`TurnContext`, or to ``on_delivery``)."""
         return self.inbox.take()
 
+    def redeliver(self, *results: BackgroundResult) -> None:
+        """Hand ``results`` to the model again: they were delivered (in a context or to
+        ``on_delivery``) but the model never heard them (the bot was cut off). They wait first
+        in the inbox, for the next context; on a durable State they count as undelivered."""
+        self._dialog.redeliver(results)
+
+    async def wait_for_delivery(self, timeout: float | None = None) -> list[BackgroundResult]:
+        """Wait until a background result is waiting for the model (not ``silent``, and the
+        caller is not talking) and return those waiting, left in place: build a context with
+        :meth:`context_now` to hand them over. Raises :class:`~slateflow.errors.WaitTimeoutError`
+        after ``timeout`` seconds of the session's clock."""
+        return await self._dialog.wait_for_delivery(timeout)
+
     @property
     def interrupting(self) -> bool:
         """Whether the user is interrupting (between :meth:`begin_interruption` and
         :meth:`end_interruption`)."""
-        return self._interrupting
+        return self._dialog.interrupting
 
     def begin_interruption(self) -> None:
         """The user started talking over the agent: ``interrupt`` results that land now are
         held (they still write the state, so flows advance) until :meth:`end_interruption`.
         Both may be called from any thread (a voice framework's audio callback, say)."""
-        self._interrupting = True
+        self._dialog.begin_interruption()
 
-    def end_interruption(self) -> None:
-        """The user stopped: held ``interrupt`` results go to ``on_delivery`` now (or to the
-        next turn without one). Nothing is delivered twice."""
-        self._interrupting = False
-        if self.on_delivery is not None:
-            self._soon(self._flush_interrupts)  # a voice loop may call this from its own thread
-
-    def _flush_interrupts(self) -> None:
-        if self._interrupting:
-            return  # interrupted again before this ran: they wait for that one to end
-        for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
-            self._spawn(self._push, result)
+    def end_interruption(self, *, turn_follows: bool = True) -> None:
+        """The user stopped talking. By default their words come next as a user turn, and
+        the held ``interrupt`` results go into that turn's context (the model answers the
+        caller and tells the news in one reply, not twice); ``turn_follows=False`` (a false
+        alarm: noise, a cough) sends them to ``on_delivery`` now instead. Nothing is delivered
+        twice."""
+        self._dialog.end_interruption(turn_follows)
 
     def _to_model(self, result: BackgroundResult, origin: object = None) -> Any:
-        """Where a background result with no ``deliver`` of its own goes."""
-        if (
-            result.scheduling is Scheduling.INTERRUPT
-            and self.on_delivery is not None
-            and not self._interrupting
-        ):
-            return self._push(result)
-        self.inbox.put(result, origin)
-        return None
+        return self._dialog.to_model(result, origin)
 
-    async def _push(self, result: BackgroundResult) -> None:
-        assert self.on_delivery is not None
-        if self._interrupting:
-            # Interrupted again before this push ran: hold it for the end of that one.
-            self.inbox.put(result)
-            return
-        try:
-            outcome = self.on_delivery(result)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except Exception as exc:
-            self._report(self.on_delivery, exc)
+    def inbox_delivery(self, origin: object) -> ToInbox:
+        """A ``deliver`` callback sending a result to this session's inbox (and ``interrupt``
+        ones on to ``on_delivery``), tagged with ``origin`` (for ``take_deliveries`` of a flow
+        runner)."""
+        return self._dialog.inbox_delivery(origin)
 
     # -- voice timing -------------------------------------------------------------------------
 
     def publish_timing(self) -> None:
         """Merge the voice timing of every active step (the most cautious wins) and publish it
         at ``session:voice_timing``; the key is removed when no active step has any."""
-        merged: Any = None
-        for governor in self._governors():
-            timing = governor.voice_timing()
-            if timing is not None:
-                merged = timing if merged is None else merged.merge(timing)
-        self._timing = merged
-        key = VOICE_TIMING_KEY
-        if merged is None:
-            if self.state.contains(key):
-                self.state.remove(key, source="session", writer="voice_timing")
-            return
-        value = merged.model_dump(mode="json", exclude_none=True)
-        if self.state.get(key) != value:  # written on change only: readers react to changes
-            self.state.set(key, value, source="session", writer="voice_timing")
+        self._dialog.publish_timing()
 
-    def _steps_changed(self, entered: bool, timed: bool) -> None:
+    def _steps_changed(self, since: int | None, timed: bool) -> None:
         """A flow of this session changed its active steps (called from the flow layer, any
-        thread): ``entered`` when a step was entered, ``timed`` when the flow has timings."""
-        if timed or (entered and self._hooks):
-            self._soon(self._spawn, self._after_step_change, entered, timed)
-
-    async def _after_step_change(self, entered: bool, timed: bool) -> None:
-        if not self._open or self._closing:
-            return
-        if timed:
-            self.publish_timing()
-        if entered and self._hooks and self._turn_lock is not None:
-            async with self._turn_lock:
-                for hook in list(self._hooks):
-                    await self._hook(hook, hook._on_step_change(self))
-                # Between turns, a re-read's turn-scoped keys belong to no turn: a stale
-                # "turn:topic" must not start a digression at the next one.
-                if self.state.keys("turn:") or self.state.keys("temp:"):
-                    self.state.end_turn()
+        thread): ``since`` is the user turn after which the newly active steps' postures were
+        handed to the model (None: never), ``timed`` when the flow has timings."""
+        self._dialog.steps_changed(since, timed)
 
     async def launch(
         self,

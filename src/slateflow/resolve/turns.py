@@ -1,17 +1,17 @@
 """Turns: what the caller said, what is waiting for the model, and what to tell it now.
 
 The Session records each user turn (redacted), runs the extractors attached to it, advances the
-flows it runs, and returns a :class:`TurnContext`. The flow and conversation layers plug in
-through the small protocols here, so this layer never imports them.
+flows it runs, and returns a :class:`TurnContext`, handed to the model in two phases (built,
+then confirmed or dropped). The flow and conversation layers plug in through the small
+protocols here, so this layer never imports them.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .background import BackgroundResult, Scheduling
 
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 __all__ = [
     "VOICE_TIMING_KEY",
     "Governor",
-    "Inbox",
+    "Handover",
+    "TellMarker",
     "Turn",
     "TurnContext",
     "TurnHook",
@@ -35,30 +36,49 @@ VOICE_TIMING_KEY = "session:voice_timing"
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One user turn: its ``number`` (from 1), the redacted ``text`` and the clock time ``at``."""
+    """One line of the conversation: its ``number`` (the user turn it belongs to, from 1), the
+    redacted ``text``, the clock time ``at``, and who spoke: ``speaker`` is ``"user"`` (a user
+    turn) or ``"agent"`` (what the agent actually said, reported with ``agent_said``)."""
 
     number: int
     text: str
     at: float
+    speaker: Literal["user", "agent"] = "user"
 
 
 @runtime_checkable
 class TurnHook(Protocol):
-    """An extractor as the session sees it (``session.add_extractor``)."""
+    """An extractor as the session sees it (``session.add_extractor``).
+
+    ``_on_step_change(session, since)`` runs when a flow enters a step whose posture was handed
+    to the model after user turn ``since``: it may re-read only the turns said after that.
+    """
 
     name: str
 
     async def _on_turn(self, session: Session, turn: Turn, /) -> None: ...
     async def _on_tool(self, session: Session, tool: str, /) -> None: ...
-    async def _on_step_change(self, session: Session, /) -> None: ...
+    async def _on_step_change(self, session: Session, since: int, /) -> None: ...
+
+
+TellMarker = Callable[[int], None]
+"""Records that the postures of the steps speaking when a context was built reached the model,
+at user turn ``n``; returned by ``Governor.told_marker`` and called when the context is handed
+over."""
 
 
 @runtime_checkable
 class Governor(Protocol):
     """A running flow as the session sees it: it advances on turns and tool calls and says what
-    the model should be told. ``FlowRunner`` and the runner of a ``FlowStack`` implement it."""
+    the model should be told. ``FlowRunner`` and the runner of a ``FlowStack`` implement it.
+
+    ``abort_turn`` undoes ``begin_turn`` for a turn that was cancelled or failed before the flow
+    counted it; ``told_marker`` captures the steps speaking now, to record them as told when
+    the context carrying their postures is handed to the model.
+    """
 
     def begin_turn(self) -> None: ...
+    def abort_turn(self) -> None: ...
     async def on_turn(self) -> None: ...
     def on_tool_ok(self, tool: str) -> None: ...
     def postures(self) -> list[str]: ...
@@ -68,12 +88,46 @@ class Governor(Protocol):
     def known_tools(self) -> list[str]: ...
     def refusal(self, tool: str) -> str | None: ...
     def voice_timing(self) -> Any: ...
+    def told_marker(self) -> TellMarker | None: ...
 
 
 def delivery_line(result: BackgroundResult) -> str:
     """How a waiting background result is put to the model: its formatted response as JSON."""
     payload = json.dumps(result.response, ensure_ascii=False, default=str, sort_keys=True)
     return f"Background result ({result.scheduling.value}) from {result.name}: {payload}"
+
+
+class Handover:
+    """Where a built :class:`TurnContext` stands between the session and the model.
+
+    A context is ``"pending"`` when built: its deliveries have left the inbox, but nothing
+    counts as said yet. ``confirm()`` (the loop handed it to the model) makes its deliveries
+    delivered, its lines said and its steps' postures told; ``drop()`` (an interruption dropped
+    it) puts its deliveries back in the inbox for the next context. Made by the session.
+    """
+
+    __slots__ = ("_settle", "deliveries", "every", "markers", "status")
+
+    def __init__(
+        self,
+        every: tuple[str, ...],
+        deliveries: tuple[BackgroundResult, ...],
+        markers: tuple[TellMarker, ...],
+        settle: Callable[[Handover, bool], None],
+    ) -> None:
+        self.every = every
+        self.deliveries = deliveries
+        self.markers = markers
+        self.status: Literal["pending", "handed_over", "dropped"] = "pending"
+        self._settle = settle
+
+    def confirm(self) -> None:
+        """The context reached the model."""
+        self._settle(self, True)
+
+    def drop(self) -> None:
+        """The context never reached the model."""
+        self._settle(self, False)
 
 
 @dataclass(frozen=True)
@@ -84,10 +138,18 @@ class TurnContext:
     and ``unmet`` come from the active steps of the session's flows;
     ``deliveries`` are the background results waiting for the model (each handed over exactly
     once, oldest first, with its ``scheduling``; ``silent`` ones get no line); ``tools`` are the
-    tools it may call now and ``refused`` why each other known tool is refused. ``lines`` is
-    the instruction text for this turn, in that order, without any line that was already sent
-    on the previous turn (a model told the same posture twice starts to repeat itself);
-    ``prompt`` joins them.
+    tools it may call now and ``refused`` why each other known tool is refused.
+
+    ``all_lines`` is every instruction line that applies now and ``full_prompt`` joins them: a
+    loop that replaces its system prompt each turn uses it. ``lines`` leaves out what was
+    already handed to the model before and ``prompt`` joins those: a loop that appends to one
+    running conversation uses it (a model told the same posture twice starts to repeat itself).
+
+    The hand-over has two phases. The context is built ``pending``; :meth:`handed_over` says
+    the model got it (its deliveries count as delivered, its lines as said, its steps'
+    postures as told) and :meth:`dropped` says it did not (an interruption dropped it: its
+    deliveries come back in the next context). A simple loop calls neither: building the next
+    context confirms this one (unless the session was made with ``handover="explicit"``).
     """
 
     turn: Turn
@@ -101,11 +163,36 @@ class TurnContext:
     voice_timing: dict[str, Any] | None = None
     all_lines: tuple[str, ...] = ()
     lines: tuple[str, ...] = ()
+    handover: Handover | None = field(default=None, compare=False, repr=False)
 
     @property
     def prompt(self) -> str:
         """The new instruction lines, one per line (empty when nothing changed)."""
         return "\n".join(self.lines)
+
+    @property
+    def full_prompt(self) -> str:
+        """Every instruction line that applies now, one per line."""
+        return "\n".join(self.all_lines)
+
+    @property
+    def status(self) -> Literal["pending", "handed_over", "dropped"]:
+        """``"pending"`` until handed over or dropped (a context built with no session is
+        ``"handed_over"``)."""
+        return "handed_over" if self.handover is None else self.handover.status
+
+    def handed_over(self) -> None:
+        """Say that the model got this context. Idempotent; raises
+        :class:`~slateflow.errors.SessionError` if it was already dropped."""
+        if self.handover is not None:
+            self.handover.confirm()
+
+    def dropped(self) -> None:
+        """Say that the model never got this context: its deliveries go back to the inbox (first,
+        in order) and its lines and postures do not count as said. Idempotent; raises
+        :class:`~slateflow.errors.SessionError` if it was already handed over."""
+        if self.handover is not None:
+            self.handover.drop()
 
     def __str__(self) -> str:
         return self.prompt
@@ -114,7 +201,12 @@ class TurnContext:
         """The context as JSON-ready data, for a voice loop in another process or a log;
         each delivery is its name, scheduling and formatted response."""
         return {
-            "turn": {"number": self.turn.number, "text": self.turn.text, "at": self.turn.at},
+            "turn": {
+                "number": self.turn.number,
+                "text": self.turn.text,
+                "at": self.turn.at,
+                "speaker": self.turn.speaker,
+            },
             "postures": list(self.postures),
             "grounds": list(self.grounds),
             "reprompts": list(self.reprompts),
@@ -128,6 +220,9 @@ class TurnContext:
             "voice_timing": self.voice_timing,
             "lines": list(self.lines),
             "prompt": self.prompt,
+            "all_lines": list(self.all_lines),
+            "full_prompt": self.full_prompt,
+            "status": self.status,
         }
 
 
@@ -151,42 +246,3 @@ def context_lines(
     tools = list(tools)
     lines.append("Tools you may call now: " + (", ".join(tools) if tools else "none") + ".")
     return list(dict.fromkeys(lines))
-
-
-class Inbox:
-    """Background results waiting for the model; thread-safe, each taken exactly once.
-
-    Each entry remembers who queued it (``origin``), so a flow runner can take only its own.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: list[tuple[object, BackgroundResult]] = []
-
-    def put(self, result: BackgroundResult, origin: object = None) -> None:
-        """Queue ``result``."""
-        with self._lock:
-            self._items.append((origin, result))
-
-    def take(
-        self, origin: object = None, *, scheduling: Scheduling | None = None
-    ) -> list[BackgroundResult]:
-        """Remove and return the waiting results (of ``origin`` and ``scheduling`` if given),
-        oldest first."""
-        with self._lock:
-            taken: list[BackgroundResult] = []
-            kept: list[tuple[object, BackgroundResult]] = []
-            for item in self._items:
-                o, r = item
-                if (origin is None or o is origin) and (
-                    scheduling is None or r.scheduling is scheduling
-                ):
-                    taken.append(r)
-                else:
-                    kept.append(item)
-            self._items = kept
-        return taken
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)

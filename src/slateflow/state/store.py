@@ -1151,6 +1151,19 @@ class State:
             return True
         return self._now() - row[3] < ttl * 1_000_000_000
 
+    def fresh_for(self, name: str) -> float | None:
+        """Seconds (on this state's clock) until resolver ``name``'s result stops being fresh:
+        0.0 once stale, None when there is no result or it was written without a ttl."""
+        row = self._row(result_key(name))
+        if row is None:
+            return None
+        meta = row[4].meta
+        ttl = meta.get("ttl") if meta else None
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool):
+            return None
+        left = ttl * 1_000_000_000 - (self._now() - row[3])
+        return max(left, 0) / 1_000_000_000
+
     # -- transactions ------------------------------------------------------------------------
 
     def _tx(self) -> Transaction | None:
