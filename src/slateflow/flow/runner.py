@@ -44,6 +44,7 @@ from .guards import (
     _Done,
     _Fresh,
     _Not,
+    _Told,
 )
 from .repair import RepairPolicy, escalate_key, reprompt_key
 from .steps import OnEnter, Step
@@ -169,6 +170,8 @@ def _marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
         return _marking_refs(guard.part, steps, tools)
     elif isinstance(guard, _Custom):
         return guard.marking
+    elif isinstance(guard, _Told):
+        return guard.reads_marking()  # told: re-checked whenever the marking changes
     return False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
@@ -38,6 +39,39 @@ class WithMeta:
     def __init__(self, value: Any, meta: dict[str, Any]) -> None:
         self.value = value
         self.meta = meta
+
+
+def _plainly_sync(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a function that certainly returns no awaitable: a plain ``def``,
+    method or builtin (a lambda or a callable object may still return one, so they pass)."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+        return False
+    if inspect.isbuiltin(target):
+        return True
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        call = type(target).__call__  # a callable object: what calling it runs
+        return (
+            inspect.isfunction(call)
+            and not inspect.iscoroutinefunction(call)
+            and not _may_await(call)
+        )
+    return target.__name__ != "<lambda>" and not _may_await(target)
+
+
+def _may_await(fn: Callable[..., Any]) -> bool:
+    """A sync function declared to return an awaitable (``-> Awaitable[...]``) is fine."""
+    returns = getattr(fn, "__annotations__", {}).get("return")
+    text = returns if isinstance(returns, str) else getattr(returns, "__name__", repr(returns))
+    return any(word in str(text) for word in ("Awaitable", "Coroutine", "Future", "Task"))
+
+
+def _label(fn: Callable[..., Any]) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return str(getattr(fn, "__name__", type(fn).__name__))
 
 
 def _must_be_str(name: str) -> Callable[[Any], None]:
@@ -267,6 +301,13 @@ class Resolver:
             raise ResolverDefinitionError(
                 f"resolver {name!r}: fetch needs an async callable taking the state, "
                 f"got {type(fn).__name__}"
+            )
+        if _plainly_sync(fn):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: fetch needs an async callable ('async def {_label(fn)}"
+                f"(state)'), got the plain function {_label(fn)!r}, whose result cannot be "
+                "awaited; make it async, or use Resolver.function(name, fn) for sync code "
+                "(thread=True if it blocks)"
             )
 
         return cls(name, "fetch", fn, **options)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 
-import anyio
 import pytest
 
 from ..resolve import ManualClock, Session
@@ -54,37 +53,12 @@ async def slate_session(
             yield session
         return
     # pytest-asyncio runs setup, the test and teardown as separate tasks, but a Session's task
-    # group must be entered and left by one task: host it in a task of its own.
-    async for session in _hosted(Session(slate_state, clock=slate_clock)):
-        yield session
-
-
-async def _hosted(session: Session) -> AsyncIterator[Session]:
-    import asyncio  # only pytest-asyncio takes this path, and it runs asyncio
-
-    opened = anyio.Event()
-    leave = anyio.Event()
-    failure: list[BaseException] = []
-
-    async def host() -> None:
-        try:
-            async with session:
-                opened.set()
-                await leave.wait()
-        except BaseException as exc:
-            failure.append(exc)
-            opened.set()
-            raise
-
-    task = asyncio.get_running_loop().create_task(host())
-    await opened.wait()
-    if failure:
-        await task
+    # group must be entered and left by one task: start() hosts it in a task of its own.
+    session = await Session(slate_state, clock=slate_clock).start()
     try:
         yield session
     finally:
-        leave.set()
-        await task
+        await session.aclose()
 
 
 @pytest.fixture

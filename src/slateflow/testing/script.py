@@ -122,13 +122,12 @@ class ConversationScript:
 
     async def say(self, facts: Mapping[str, Any] | None = None, /, **named: Any) -> None:
         """Facts an extractor recognised this turn, written in one batch with source
-        ``"extraction"``: a mapping of keys to values, or keywords with ``__`` for ``:``
-        (``booking__date="Tuesday"`` writes ``booking:date``)."""
+        ``"extraction"``: a mapping of keys to values, or keywords. One rule for both: ``__``
+        stands for ``:`` (``booking__date="Tuesday"`` and ``{"booking__date": "Tuesday"}`` both
+        write ``booking:date``; a key already written with ``:`` is kept as it is)."""
         writes: dict[str | Key[Any], Any] = {}
-        for key, value in (facts or {}).items():
-            writes[key] = value
-        for name, value in named.items():
-            writes[name.replace("__", ":")] = value
+        for key, value in [*(facts or {}).items(), *named.items()]:
+            writes[key.replace("__", ":") if isinstance(key, str) else key] = value
         self.state.update(writes, source="extraction", writer="script")
         await self.settle()
 

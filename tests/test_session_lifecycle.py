@@ -1,0 +1,322 @@
+"""A Session usable from framework callbacks (started in one task, closed in another), waits that
+never hang under a manual clock, freshness that moves a flow the moment a result goes stale,
+background results delivered exactly once across a restart, and what the testing kit does for
+work that needs no time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from slateflow import (
+    Flow,
+    ManualClock,
+    Resolver,
+    Session,
+    State,
+    Step,
+    captured,
+    fresh,
+    is_true,
+    not_,
+)
+from slateflow.errors import ResolverDefinitionError, SessionError, WaitTimeoutError
+from slateflow.stores import MemoryStore
+from slateflow.testing import ConversationScript, fake_fetch
+
+pytestmark = pytest.mark.anyio
+
+
+# -- start / aclose -------------------------------------------------------------------------------
+
+
+async def test_a_session_started_in_one_task_is_closed_from_another() -> None:
+    state = State()
+    clock = ManualClock()
+    session = Session(state, clock=clock)
+    lookup = Resolver.fetch("lookup", fake_fetch())  # held until answered
+
+    async with anyio.create_task_group() as tg:
+        started = anyio.Event()
+        stop = anyio.Event()
+
+        async def on_start() -> None:  # a framework's StartFrame handler
+            await session.start()
+            session.dispatch(lookup)
+            started.set()
+
+        async def on_end() -> None:  # ... and its EndFrame handler, another task
+            await stop.wait()
+            await session.aclose()
+
+        tg.start_soon(on_start)
+        tg.start_soon(on_end)
+        await started.wait()
+        await clock.advance(0)
+        assert state.get("lookup:status") == "running"
+        ctx = await session.user_turn("hello")  # usable from any task of the loop
+        assert ctx.turn.number == 1
+        stop.set()
+    assert state.get("lookup:status") == "cancelled"  # exactly one terminal status
+    assert session.active_count == 0
+    with pytest.raises(SessionError, match="not open"):
+        session.dispatch(lookup)
+
+
+async def test_start_and_aclose_keep_the_exit_rules() -> None:
+    state = State()
+    clock = ManualClock()
+    session = await Session(state, clock=clock, on_exit="wait").start()
+    session.dispatch(Resolver.fetch("slow", _sleeper(clock, 5)))
+    await session.aclose()  # waits for it: the manual clock jumps while it is the only wait
+    assert state.get("slow:result") == "slept"
+    await session.aclose()  # twice is fine
+
+
+async def test_a_session_starts_once_and_aclose_needs_start() -> None:
+    session = await Session(State()).start()
+    with pytest.raises(SessionError, match="started once"):
+        await session.start()
+    await session.aclose()
+    async with Session(State()) as other:
+        with pytest.raises(SessionError, match="async with"):
+            await other.aclose()
+
+
+async def test_a_watcher_that_fails_is_reported_and_aclose_still_closes_cleanly() -> None:
+    failures: list[BaseException] = []
+    session = await Session(State()).start()
+    session.state.receiver_failed.connect(
+        lambda sender, error, **kw: failures.append(error), weak=False
+    )
+    session.watch("x", lambda old, new: True, _boom, blocking=True)
+    session.state.set("x", 1)
+    await session.wait_idle()  # the watcher's action ran (and failed)
+    await session.aclose()
+    assert [str(e) for e in failures] == ["watcher bug"]
+
+
+async def _boom(change: Any) -> None:
+    raise ValueError("watcher bug")
+
+
+def _sleeper(clock: ManualClock, seconds: float) -> Any:
+    async def sleep(state: State) -> str:
+        await clock.sleep(seconds)
+        return "slept"
+
+    return sleep
+
+
+# -- waits that never hang ------------------------------------------------------------------------
+
+
+def two_steps() -> Flow:
+    return Flow("f", [Step("a", done=is_true("x")), Step("b", after=["a"], done=is_true("y"))])
+
+
+async def test_a_wait_with_a_timeout_times_out_on_the_manual_clock_nobody_advances() -> None:
+    clock = ManualClock()
+    async with Session(State(clock=clock), clock=clock) as session:
+        runner = session.run_flow(two_steps())
+        with pytest.raises(WaitTimeoutError, match="waited 1s for step 'b' to be reached"):
+            await runner.wait_for_step("b", timeout=1)
+        assert clock.monotonic() == 1
+
+
+async def test_a_wait_nothing_can_end_fails_naming_what_it_waited_for() -> None:
+    clock = ManualClock()
+    async with Session(State(clock=clock), clock=clock) as session:
+        runner = session.run_flow(two_steps())
+        with pytest.raises(WaitTimeoutError, match="waiting for the flow to complete, but"):
+            await runner.wait_complete()
+
+
+async def test_a_wait_jumps_over_a_lookup_that_takes_time() -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    async with Session(state, clock=clock) as session:
+        runner = session.run_flow(
+            Flow(
+                "f",
+                [Step("a", done=captured("lookup:result")), Step("b", after=["a"], terminal=True)],
+            )
+        )
+        session.dispatch(Resolver.fetch("lookup", _sleeper(clock, 30)))
+        assert await runner.wait_for_step("b", timeout=60) is not None
+        assert clock.monotonic() == 30
+
+
+async def test_wait_idle_fails_instead_of_hanging_on_a_fake_nobody_answers() -> None:
+    async with Session(State(), clock=ManualClock()) as session:
+        session.dispatch(Resolver.fetch("lookup", fake_fetch()))
+        with pytest.raises(WaitTimeoutError, match="lookup can never end"):
+            await session.wait_idle()
+        session.cancel("lookup")
+
+
+async def test_without_autojump_a_wait_waits_for_the_test_to_move_time() -> None:
+    clock = ManualClock(autojump=False)
+    async with Session(State(clock=clock), clock=clock) as session:
+        runner = session.run_flow(two_steps())
+        result: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                try:
+                    await runner.wait_for_step("b", timeout=5)
+                except WaitTimeoutError as exc:
+                    result.append(exc)
+
+            tg.start_soon(wait)
+            await clock.advance(4.9)
+            assert result == []
+            await clock.advance(0.2)
+        assert len(result) == 1
+
+
+# -- freshness on the session clock ---------------------------------------------------------------
+
+
+async def test_a_step_waiting_on_freshness_moves_the_moment_the_value_goes_stale() -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    plan = Flow(
+        "quote",
+        [
+            Step("quoted", done=captured("price:result")),
+            Step("still_valid", after=["quoted"], gate=fresh("price"), done=is_true("accepted")),
+            Step("expired", after=["quoted"], gate=not_(fresh("price")), terminal=True),
+        ],
+    )
+    async with Session(state, clock=clock) as session:
+        runner = session.run_flow(plan)
+        await session.call(Resolver.fetch("price", _answer(120), ttl=30))
+        assert runner.active_steps == ["still_valid"]
+        await clock.advance(29.9)
+        assert runner.active_steps == ["still_valid"]
+        await clock.advance(0.1)  # no turn, no write: the timer moves it
+        assert runner.active_steps == []
+        assert runner.done_steps == ["quoted", "expired"]
+
+
+async def test_a_new_result_restarts_the_freshness_clock() -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    plan = Flow("q", [Step("valid", gate=fresh("price"), done=is_true("never"))])
+    async with Session(state, clock=clock) as session:
+        runner = session.run_flow(plan)
+        price = Resolver.fetch("price", _answer(1), ttl=10)
+        await session.call(price)
+        await clock.advance(8)
+        await session.call(price)  # refreshed: good for 10 s from now
+        await clock.advance(8)
+        assert runner.active_steps == ["valid"]
+        await clock.advance(2)
+        assert runner.active_steps == []
+        assert state.fresh_for("price") == 0.0
+
+
+def _answer(value: Any) -> Any:
+    async def source(state: State) -> Any:
+        return value
+
+    return source
+
+
+def test_fresh_for_says_how_long_a_result_stays_fresh() -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    assert state.fresh_for("price") is None
+    anyio.run(Resolver.fetch("price", _answer(1), ttl=10).resolve, state)
+    assert state.fresh_for("price") == 10
+    anyio.run(Resolver.fetch("forever", _answer(1)).resolve, state)
+    assert state.fresh_for("forever") is None
+
+
+# -- background results across a restart ----------------------------------------------------------
+
+
+async def test_a_result_committed_but_never_handed_over_is_delivered_once_after_a_restart() -> None:
+    store = MemoryStore()
+    clock = ManualClock()
+    async with Session(State(store=store), clock=clock) as first:
+        first.background(Resolver.fetch("tables", _answer({"free": 2})), scheduling="when_idle")
+        await clock.advance(0)
+        assert len(first.inbox) == 1  # committed; the process dies before any context
+        crashed = store.copy()
+
+    async with Session(State(store=crashed), clock=ManualClock()) as second:
+        ctx = await second.user_turn("hello?")
+        assert [(d.name, d.value, d.scheduling.value) for d in ctx.deliveries] == [
+            ("tables", {"free": 2}, "when_idle")
+        ]
+        assert ctx.deliveries[0].response["result"] == {"free": 2}
+        ctx.handed_over()
+        again = crashed.copy()
+
+    async with Session(State(store=again), clock=ManualClock()) as third:
+        assert (await third.user_turn("and?")).deliveries == ()  # exactly once
+
+
+async def test_a_result_handed_over_before_the_crash_is_not_delivered_again() -> None:
+    store = MemoryStore()
+    clock = ManualClock()
+    async with Session(State(store=store), clock=clock) as first:
+        first.background(Resolver.fetch("tables", _answer(1)))
+        await clock.advance(0)
+        first.context_now().handed_over()
+        crashed = store.copy()
+    async with Session(State(store=crashed), clock=ManualClock()) as second:
+        assert second.context_now().deliveries == ()
+
+
+async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> None:
+    store = MemoryStore()
+    clock = ManualClock()
+    async with Session(State(store=store), clock=clock) as first:
+        first.background(Resolver.fetch("tables", _answer(1)))
+        await clock.advance(0)
+        ctx = first.context_now()
+        ctx.handed_over()
+        first.redeliver(*ctx.deliveries)  # the bot was cut off: not heard after all
+        crashed = store.copy()
+    async with Session(State(store=crashed), clock=ManualClock()) as second:
+        assert [d.name for d in second.context_now().deliveries] == ["tables"]
+
+
+# -- the testing kit ------------------------------------------------------------------------------
+
+
+async def test_background_work_that_needs_no_time_lands_within_the_turn() -> None:
+    async with Session(State(), clock=ManualClock()) as session:
+        session.background(Resolver.fetch("tables", _answer({"free": 2})))
+        ctx = await session.user_turn("any tables?")  # no settle() or advance(0) needed
+        assert [d.name for d in ctx.deliveries] == ["tables"]
+
+
+async def test_say_reads_dunder_as_colon_in_a_mapping_and_in_keywords() -> None:
+    async with Session(State(), clock=ManualClock()) as session:
+        script = ConversationScript(session)
+        await script.say({"booking__date": "Tuesday", "booking:size": 4}, booking__time="19:00")
+        assert session.state.pick("booking:date", "booking:size", "booking:time") == {
+            "booking:date": "Tuesday",
+            "booking:size": 4,
+            "booking:time": "19:00",
+        }
+        assert not session.state.contains("booking__date")
+
+
+def test_a_sync_function_given_to_fetch_is_refused_when_the_resolver_is_built() -> None:
+    def lookup(state: State) -> dict[str, int]:
+        return {"free": 2}
+
+    with pytest.raises(ResolverDefinitionError, match=r"'tables'.*async def lookup\(state\)"):
+        Resolver.fetch("tables", lookup)  # type: ignore[arg-type]
+    with pytest.raises(ResolverDefinitionError, match=r"Resolver\.function"):
+        Resolver.fetch("tables", print)  # type: ignore[arg-type]
+    Resolver.function("tables", lookup)  # the way for sync code
+    Resolver.fetch("tables", _answer(1))
+    Resolver.fetch("tables", lambda state: _answer(1)(state))  # returns an awaitable: fine
