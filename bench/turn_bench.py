@@ -26,11 +26,11 @@ import anyio
 
 from slateflow import (
     Flow,
-    ManualClock,
     RepairPolicy,
     Session,
     State,
     Step,
+    SystemClock,
     VoiceTiming,
     captured,
     is_true,
@@ -62,7 +62,8 @@ def plan() -> Flow:
 
 
 async def bench_turns(loaded: bool, turns: int) -> float:
-    clock = ManualClock()
+    # The real clock, as in production (a ManualClock would let work settle at each turn).
+    clock = SystemClock()
     async with Session(State(), clock=clock) as session:
         if loaded:
             when = datetime(clock)
@@ -84,7 +85,7 @@ async def bench_turns(loaded: bool, turns: int) -> float:
 
 
 async def bench_context_now(calls: int) -> float:
-    async with Session(State(), clock=ManualClock()) as session:
+    async with Session(State()) as session:
         session.run_flow(plan())
         samples = []
         for _ in range(calls):

@@ -474,3 +474,21 @@ async def test_a_loop_waiting_for_a_result_wakes_when_it_lands() -> None:
             assert found == []
             fetch.complete({"free": 1})
         assert [r.name for r in found[0]] == ["tables"]
+
+
+async def test_a_loop_is_not_woken_for_results_held_for_the_callers_coming_turn() -> None:
+    waiting: list[str] = []
+    fetch = fake_fetch()
+    async with Session(
+        State(), clock=ManualClock(), on_waiting=lambda r: waiting.append(r.name)
+    ) as session:
+        session.background(Resolver.fetch("tables", fetch))
+        await session.clock.advance(0)  # type: ignore[attr-defined]
+        session.begin_interruption()
+        fetch.complete({"free": 2})
+        session.end_interruption()  # their words come next
+        await session.clock.advance(0)  # type: ignore[attr-defined]
+        assert waiting == []  # a context_now() now would answer before the caller is heard
+        ctx = await session.user_turn("is there a table?")
+        assert [d.name for d in ctx.deliveries] == ["tables"]
+        assert waiting == []

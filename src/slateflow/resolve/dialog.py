@@ -362,10 +362,11 @@ class Dialog:
         self.interrupting = False
         if turn_follows:
             self._hold = True  # user_turn clears it once its context took them
-            self.session._soon(self._tell_waiting)
-        elif self.on_delivery is not None:
-            self._hold = False
+            return
+        self._hold = False
+        if self.on_delivery is not None:
             self.session._soon(self._flush_interrupts)  # a voice loop may call from any thread
+        self.session._soon(self._tell_waiting)
 
     def _flush_interrupts(self) -> None:
         if self.interrupting or self._hold:
@@ -382,8 +383,8 @@ class Dialog:
         if self.lock is not None and self.lock.locked():
             return  # a turn is being built: its context takes them (checked again after)
         waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
-        if not waiting or self.interrupting:
-            return
+        if not waiting or self.interrupting or self._hold:
+            return  # the caller is talking, or their turn is coming: it will take them
         events, self._waiting = self._waiting, []
         for event in events:
             event.set()
@@ -407,7 +408,7 @@ class Dialog:
         deadline = None if timeout is None else clock.monotonic() + timeout
         while True:
             waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
-            if waiting and not self.interrupting:
+            if waiting and not self.interrupting and not self._hold:
                 return waiting
             event = anyio.Event()
             self._waiting.append(event)

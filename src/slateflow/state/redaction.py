@@ -105,8 +105,8 @@ _TENS = {
 }  # fmt: skip
 _REPEAT = {"double": 2, "triple": 3}
 _SKIP = frozenset({"uh", "um", "er", "erm", "umm", "uhm"})
-_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+|\S", re.IGNORECASE)
-_JOINERS = frozenset(",.-/()+:;")
+_WORDS = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+")
+_GAP = " \t\n,.-/()+:;"  # what may stand between the digits of one number
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,22 +119,36 @@ class _Run:
     head: str  # the first group's digits ("123" of "CVV one two three, four people")
 
 
+def _numberish(tok: str) -> bool:
+    return tok.isdigit() or tok in _DIGIT_WORDS or tok in _TENS or tok in _REPEAT
+
+
 def _digit_runs(text: str) -> list[_Run]:
-    """Runs of digits, said or written, with separators and fillers between them."""
+    """Runs of digits, said or written, with separators (``,`` ``.`` ``-`` ``/`` ...) and
+    fillers between them. A turn is read word by word once; most words are skipped at once."""
     runs: list[_Run] = []
-    toks = [(m.start(), m.end(), m.group().lower()) for m in _TOKEN.finditer(text)]
+    toks = [(m.start(), m.end(), m.group()) for m in _WORDS.finditer(text.lower())]
     i, n = 0, len(toks)
     while i < n:
+        if not _numberish(toks[i][2]):
+            i += 1
+            continue
         start = i
         digits: list[str] = []
         spoken = False
         last = -1  # index of the last token that said digits
         head = -1  # the last token of the first group
+        head_digits = ""
+        prev = -1  # the end of the last token taken (digits or a filler)
         while i < n:
-            at, _, tok = toks[i]
+            at, end, tok = toks[i]
+            if prev >= 0:
+                gap = text[prev:at]
+                if gap.strip(_GAP):
+                    break  # something else than a separator between them: the run ends
+                if head < 0 and gap not in ("", " ") and (gap.strip() or len(gap) > 1):
+                    head, head_digits = last, "".join(digits)  # "100, 2000000"; a pause
             nxt = toks[i + 1][2] if i + 1 < n else ""
-            if head < 0 and last >= 0 and text[toks[last][1] : at] not in ("", " "):
-                head, head_digits = last, "".join(digits)  # a pause: "pin 100  2000000"
             if tok.isdigit():
                 digits.append(tok)
             elif tok in _TENS:
@@ -152,14 +166,14 @@ def _digit_runs(text: str) -> list[_Run]:
             elif tok in _DIGIT_WORDS and (tok not in ("oh", "o") or digits or _starts(toks, i)):
                 digits.append(_DIGIT_WORDS[tok])
                 spoken = True
-            elif digits and (tok in _JOINERS or tok in _SKIP):
-                if head < 0 and tok in _JOINERS:
-                    head, head_digits = last, "".join(digits)
+            elif digits and tok in _SKIP:
+                prev = end
                 i += 1
                 continue
             else:
                 break
             last = i
+            prev = toks[i][1]
             i += 1
         if last >= 0:
             said = "".join(digits)
@@ -170,13 +184,13 @@ def _digit_runs(text: str) -> list[_Run]:
             )
             i = last + 1
         else:
-            i = max(i, start + 1)
+            i = start + 1
     return runs
 
 
 def _starts(toks: list[tuple[int, int, str]], i: int) -> bool:
     """Whether "oh" at ``i`` starts a number ("oh seven seven ..."), not an exclamation."""
-    following = [t for _, _, t in toks[i + 1 : i + 4] if t not in _JOINERS]
+    following = [t for _, _, t in toks[i + 1 : i + 3]]
     return len(following) >= 2 and all(
         t in _DIGIT_WORDS or t in _TENS or t in _REPEAT or t.isdigit() for t in following[:2]
     )
@@ -355,7 +369,7 @@ class Redactor:
         for m in _IBAN.finditer(text):
             if _iban_valid(m.group()):
                 add(m.start(), m.end(), IBAN)
-        runs = _digit_runs(text) if _HAS_NUMBER.search(text) else []
+        runs = _digit_runs(text)
         # Long numbers first: a code's keyword must not split one ("pin 100-2000000").
         for m in _DIGIT_RUN.finditer(text):
             mask = _written(m)
@@ -387,20 +401,14 @@ class Redactor:
         return f"Redactor(patterns={masked}, keep={[p.pattern for p in self.keep]})"
 
 
-_HAS_NUMBER = re.compile(
-    r"\d|\b(?:zero|oh|nought|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
-    r"\w+teen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|double|triple)\b",
-    re.IGNORECASE,
-)
-
-
 def _written(match: re.Match[str]) -> str | None:
     found = match.group()
     if _DATE.fullmatch(found):
         return None  # a date is not a secret number
     digits = re.sub(r"\D", "", found)
-    if 13 <= len(digits) <= 19 and luhn_valid(digits):
-        return _digits_mask(digits)
+    mask = _digits_mask(digits)
+    if mask is not LONG_NUMBER:
+        return mask  # a card, even glued to a word
     text, start, end = match.string, match.start(), match.end()
     glued = (start and _GLUE.match(text[start - 1])) or (end < len(text) and _GLUE.match(text[end]))
     if glued and found.isdigit():
