@@ -4,6 +4,8 @@ the agent actually said, results that wait, and interruptions followed by the ca
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -382,7 +384,10 @@ async def test_a_silent_result_does_not_wake_the_loop() -> None:
 # -- interruptions -------------------------------------------------------------------------------
 
 
-async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn() -> None:
+@asynccontextmanager
+async def interrupt_lookup() -> AsyncIterator[tuple[Session, Any, list[str]]]:
+    """A session whose 'tables' lookup (interrupt scheduling, held until the test answers) is
+    in flight; yields the session, the fake and the names spoken at once (on_delivery)."""
     pushed: list[str] = []
     fetch = fake_fetch()
     async with Session(
@@ -390,6 +395,11 @@ async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn()
     ) as session:
         session.background(Resolver.fetch("tables", fetch), scheduling="interrupt")
         await session.clock.advance(0)  # type: ignore[attr-defined]
+        yield session, fetch, pushed
+
+
+async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn() -> None:
+    async with interrupt_lookup() as (session, fetch, pushed):
         session.begin_interruption()
         fetch.complete({"free": 2})
         await session.clock.advance(0)  # type: ignore[attr-defined]
@@ -403,13 +413,7 @@ async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn()
 
 
 async def test_a_result_landing_after_the_interruption_but_before_the_turn_waits_too() -> None:
-    pushed: list[str] = []
-    fetch = fake_fetch()
-    async with Session(
-        State(), clock=ManualClock(), on_delivery=lambda r: pushed.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("tables", fetch), scheduling="interrupt")
-        await session.clock.advance(0)  # type: ignore[attr-defined]
+    async with interrupt_lookup() as (session, fetch, pushed):
         session.begin_interruption()
         session.end_interruption()  # the caller's words are being transcribed
         fetch.complete({"free": 2})
@@ -424,13 +428,7 @@ async def test_a_result_landing_after_the_interruption_but_before_the_turn_waits
 
 
 async def test_a_false_alarm_speaks_the_held_result_at_once() -> None:
-    pushed: list[str] = []
-    fetch = fake_fetch()
-    async with Session(
-        State(), clock=ManualClock(), on_delivery=lambda r: pushed.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("tables", fetch), scheduling="interrupt")
-        await session.clock.advance(0)  # type: ignore[attr-defined]
+    async with interrupt_lookup() as (session, fetch, pushed):
         session.begin_interruption()
         fetch.complete({"free": 2})
         await session.clock.advance(0)  # type: ignore[attr-defined]

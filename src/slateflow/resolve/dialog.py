@@ -345,15 +345,10 @@ class Dialog:
             # Interrupted again before this push ran: hold it for the end of that one.
             self.inbox.put(result)
             return
-        try:
-            outcome = self.on_delivery(result)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except Exception as exc:
-            self.session._report(self.on_delivery, exc)
+        if await self._call(self.on_delivery, result):
+            self._record_delivered([result])
+        else:
             self.inbox.put(result)  # not handed over: the next context carries it
-            return
-        self._record_delivered([result])
 
     def begin_interruption(self) -> None:
         self.interrupting = True
@@ -394,12 +389,18 @@ class Dialog:
 
     async def _call_waiting(self, result: BackgroundResult) -> None:
         assert self.on_waiting is not None
+        await self._call(self.on_waiting, result)
+
+    async def _call(self, fn: Deliver, result: BackgroundResult) -> bool:
+        """Call a hook of the loop's (sync or async); its failure is reported, never raised."""
         try:
-            outcome = self.on_waiting(result)
+            outcome = fn(result)
             if inspect.isawaitable(outcome):
                 await outcome
         except Exception as exc:
-            self.session._report(self.on_waiting, exc)
+            self.session._report(fn, exc)
+            return False
+        return True
 
     async def wait_for_delivery(self, timeout: float | None) -> list[BackgroundResult]:
         session = self.session

@@ -73,20 +73,16 @@ class Runnable(Protocol[_R_co]):
 def _spawn_detached(fn: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> None:
     """Run ``fn`` in a task of its own that no task group of the caller owns (it must never
     raise): an asyncio task, or a trio system task."""
-    import sniffio
+    import asyncio
 
-    library = sniffio.current_async_library()
     context = contextvars.copy_context()
-    if library == "trio":
+    loop = anyio.lowlevel.current_token().native_token
+    if not isinstance(loop, asyncio.AbstractEventLoop):  # trio, the other backend
         import trio
 
         trio.lowlevel.spawn_system_task(fn, name=name, context=context)
         return
-    import asyncio
-
-    task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-        fn(), name=name, context=context
-    )
+    task: asyncio.Task[None] = loop.create_task(fn(), name=name, context=context)
     _HOSTS.add(task)  # asyncio keeps only weak references to tasks
     task.add_done_callback(_HOSTS.discard)
 
