@@ -45,6 +45,7 @@ _PRICE = re.compile(
 _MONEY_HINT = re.compile(r"[$€£]|usd|eur|gbp|dollar|euro|pound|buck|quid|cent|pence")
 _MERIDIEM = re.compile(r"(?<=[\d\s])([ap])\.?\s?m\b\.?")
 _OCLOCK = re.compile(r"\bo'?\s?clock\b")
+_ISH = re.compile(r"\b([a-z]+|\d+)ish\b")
 _TOKEN = re.compile(r"\d{1,2}[:.h]\d{2}(?!\d)|\d+(?:st|nd|rd|th)?|[a-z]+|,")
 _NUMBERISH = frozenset(UNITS) | frozenset(TENS) | frozenset(SCALES) | {"a"}
 
@@ -58,6 +59,12 @@ def _normalise(segment: str) -> str:
     s = _PRICE.sub(" price ", s) if priced else s
     s = _MERIDIEM.sub(lambda m: f" {m.group(1)}m ", s)
     s = _OCLOCK.sub(" oclock ", s).replace("half a dozen", "6")
+    if "@" in s:
+        s = s.replace("@", " at ")  # chat: "tomorrow @ 8"
+    if "tonite" in s:
+        s = s.replace("tonite", "tonight")
+    if "ish" in s:
+        s = _ISH.sub(r"\1 ish", s)  # "eightish" as "eight ish"
     toks = _TOKEN.findall(s)
     out: list[str] = []
     i, n = 0, len(toks)
@@ -110,6 +117,12 @@ _CUE = re.compile(
     + _NOT_TIME_AFTER
 )
 _SPOKEN = re.compile(r"\b(\d{1,2})(?: ([0-5]\d)| oh (\d))\b" + _NOT_TIME_AFTER)
+# "at 1930", "1930 hours": a 24-hour time said as one number ("at 2025" is more likely a year:
+# after a cue only on the quarter hours).
+_MILITARY = re.compile(
+    r"\b(?:(?:at|around|about|by|from) ([01]\d|2[0-3])(00|15|30|45)\b(?! \d)"
+    r"|([01]\d|2[0-3])([0-5]\d) hours\b)"
+)
 _NAMED = re.compile(r"\b(?:12 )?(noon|midday|midnight)\b")
 _WITH_PART = re.compile(
     r"\b(\d{1,2})" + _MIN + r" (?=(?:in the |at |this )?(?:morning|afternoon|evening|night)\b"
@@ -207,6 +220,10 @@ def _clock(s: str) -> _Clock | None:
         m = pattern.search(s)
         if m:
             add(m, int(m.group(1)), _minutes(m, 2), None, _zero(m))
+    m = _MILITARY.search(s)
+    if m:
+        hh, mm = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+        add(m, int(hh), int(mm), None, zero=True)  # said as 24-hour: never ambiguous
     m = _NAMED.search(s) if not words.isdisjoint(_NAMED_WORDS) else None
     if m:
         hour = 0 if m.group(1) == "midnight" else 12

@@ -231,7 +231,7 @@ def _count(segment: str) -> tuple[int, float] | None:
         return None
     said = {j for _, at, _, used in nums for j in range(at, at + used)}
     rest = [t for j, t in enumerate(toks) if j not in said]
-    if not all(t in _ALONE or t in _FILLER or t in ("or", "to", "between") for t in rest):
+    if not all(t in _ALONE or t in _FILLER or t in _RANGE_WORDS for t in rest):
         return None
     if len(nums) == 1:
         return nums[0][0], 0.7
@@ -239,8 +239,10 @@ def _count(segment: str) -> tuple[int, float] | None:
     return (span, 0.6) if span is not None else None
 
 
+_RANGE_WORDS = frozenset({"or", "to", "between", "maybe", "perhaps", "possibly"})
 _RANGE = re.compile(
-    r"\b(?:between )?(\d+|[a-z]+) (?:or|to|and) (\d+|[a-z]+)\b(?! (?:o'?clock|pm|am)\b)"
+    r"\b(?:between )?(\d+|[a-z]+),? (?:or|to|and|maybe|perhaps|possibly|or maybe) (\d+|[a-z]+)\b"
+    r"(?! (?:o'?clock|pm|am)\b)"
 )
 
 

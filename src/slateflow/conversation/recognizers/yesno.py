@@ -87,6 +87,9 @@ _FILLERS = frozenset({
     "uh", "um", "er", "erm", "hmm", "oh", "well", "so", "and", "but", "like", "ah", "eh", "mm",
     "hm",
 })  # fmt: skip
+_GUESS_SO = re.compile(
+    r"(?:(?:uh|um|er|well|hmm|yeah|yes) )*i (?:guess|suppose|think|believe|reckon) so\b"
+)
 _CLAUSE = re.compile(r"[.,!?;:]+|\s-\s|\.\.\.")
 _WORDS = re.compile(r"[a-z']+")
 
@@ -148,10 +151,10 @@ def _read(text: str) -> Recognition | None:
     said, unsure = _HEDGE_NEG_RE.subn(" ", said)
     if _NO_PHRASE_RE.search(said) or any(w in _NO_WORDS for w in said.split()):
         return Recognition(False, confidence)  # negation wins: "yes... no, sorry" is a no
-    if unsure or _HEDGE_RE.search(said):
-        if said.startswith(("i guess so", "i suppose so", "i think so")):
-            return Recognition(True, 0.7)
-        return None
+    if _GUESS_SO.match(said):
+        return Recognition(True, 0.7)  # "I guess so": a yes, if a reluctant one
+    if unsure or _HEDGE_RE.search(said) or " but " in f" {said} ":
+        return None  # "hold on", "maybe", "yes but make it 8": not an answer to the question
     yes = idioms > 0 or bool(_YES_PHRASE_RE.search(said))
     words = said.split()
     strong = yes or any(w in _YES_WORDS and w not in _WEAK_YES for w in words)
@@ -177,7 +180,7 @@ def yes_no() -> Recognizer:
     "not really", "I'd rather not", "actually no" are no); any negation wins ("yes... no,
     sorry" is no); a hedge ("hold on", "maybe", "let me think") or a question back ("is that
     with the terrace?") is not an answer, and a bare "please" is not a yes. A clear answer is
-    read at 0.9, a mild one ("fine", "cool") or an answer followed by a question of its own at
-    0.8, "I guess so" at 0.7.
+    read at 0.9, a mild one ("cool") or an answer followed by a question of its own at 0.8, "I
+    guess so" at 0.7; a yes with a "but" ("yes but make it 8") is not an answer.
     """
     return _YesNo()
