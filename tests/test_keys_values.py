@@ -486,3 +486,35 @@ def test_str_enum_members_work_as_keys_and_are_stored_as_plain_str() -> None:
     stored = state.keys()
     assert all(type(k) is str for k in stored)
     assert all(type(c.key) is str for c in state.mutations_since(0))
+
+
+# -- keys that would print like other keys ---------------------------------------------------------
+
+SPOOFING = [
+    "user\u200bname",  # zero-width space
+    "user:\u200dname",  # zero-width joiner
+    "user:na\u202eme",  # right-to-left override
+    "\u2066user:name\u2069",  # bidi isolates
+    "\ufeffuser:name",  # byte order mark
+    "user:name\u00ad",  # soft hyphen
+    "user:\ud800",  # a lone surrogate
+    "user:\U000e0041",  # a tag character
+    "user:\u0890",  # a format character the pattern list does not name
+]
+
+
+@pytest.mark.parametrize("key", SPOOFING, ids=[repr(k) for k in SPOOFING])
+def test_a_key_with_invisible_or_reordering_characters_is_refused(key: str) -> None:
+    state = State()
+    with pytest.raises(InvalidKeyError, match="invisible or text-reordering character"):
+        state.set(key, 1)
+    assert len(state) == 0
+    with pytest.raises(InvalidKeyError):
+        state.policy(key + ":*", secret=True)
+
+
+def test_keys_in_other_scripts_are_still_keys() -> None:
+    state = State()
+    for key in ["café:menu", "日本:予約", "заказ:дата", "user:naïve"]:
+        state.set(key, 1)
+    assert len(state) == 4

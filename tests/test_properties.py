@@ -43,7 +43,10 @@ def is_valid_key(key: str) -> bool:
 # -- strategies ------------------------------------------------------------------------------
 
 segments = st.text(
-    st.characters(exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp"), exclude_characters=":*"),
+    st.characters(
+        exclude_categories=("Cc", "Cf", "Cs", "Zs", "Zl", "Zp"),
+        exclude_characters=":*\ufffe\uffff",
+    ),
     min_size=1,
     max_size=6,
 ).filter(lambda s: not any(c.isspace() for c in s))

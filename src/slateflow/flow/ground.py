@@ -88,6 +88,14 @@ class Ground:
                     out.append(spell(value))
         return "".join(out)
 
+    def shown_secrets(self, state: State) -> list[str]:
+        """The secret keys (under ``state``'s policy) whose values this ground would show."""
+        return [
+            piece.key
+            for piece in self._pieces
+            if isinstance(piece, _Placeholder) and state.is_secret(piece.key)
+        ]
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Ground) and other.text == self.text
 

@@ -342,6 +342,13 @@ class FlowRunner:
                 f"got {enforcement!r}"
             ) from None
         flow.compile(flow.registry)
+        for s in flow.steps:
+            shown = s.ground.shown_secrets(state) if s.ground is not None else []
+            if shown:
+                raise FlowError(
+                    f"flow {flow.name!r}: step {s.id!r}'s ground shows {shown[0]!r}, a secret "
+                    "key, to the model; test it instead ({" + shown[0] + "?known:unknown})"
+                )
         if session is None:
             for s in flow.steps:
                 if s.on_enter is not None:
@@ -1341,7 +1348,13 @@ class FlowRunner:
         :meth:`postures`); blank lines are dropped."""
         with self._lock:
             grounds = [rt.step.ground for rt in self._speaking_rts() if rt.step.ground is not None]
-        lines = [g.render(self.state) for g in grounds]
+        lines = []
+        for ground in grounds:
+            try:
+                lines.append(ground.render(self.state))
+            except SlateError as exc:
+                # A key made secret after the flow started: the line is left out, not the turn.
+                log.error("flow %r: a ground could not be rendered: %s", self.name, exc)
         return [line for line in lines if line.strip()]
 
     def unmet_requirements(self) -> list[str]:

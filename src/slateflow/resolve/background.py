@@ -39,7 +39,8 @@ class BackgroundResult(BaseModel):
     payload for the model, made by the Session's result formatter. A run cancelled because a newer
     run of the same name took over is delivered with ``superseded=True`` and ``SILENT`` scheduling.
     ``seq`` is the State commit that recorded the outcome (0 when nothing was written), so two
-    results of one resolver can be told apart and ordered.
+    results of one resolver can be told apart and ordered. ``secret`` is true when the result's
+    key is secret: the model is then only told that a secret result is available.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -53,6 +54,7 @@ class BackgroundResult(BaseModel):
     superseded: bool = False
     response: dict[str, Any] = Field(default_factory=dict)
     seq: int = 0
+    secret: bool = False
 
 
 Deliver = Callable[[BackgroundResult], Awaitable[None] | None]
@@ -66,9 +68,13 @@ def default_ack(name: str) -> dict[str, Any]:
 
 
 def default_result(result: BackgroundResult) -> dict[str, Any]:
-    """The payload the model gets with the outcome: status, resolver, and result or error."""
+    """The payload the model gets with the outcome: status, resolver, and result or error (a
+    secret result as ``"***"`` with a note that it is available)."""
     payload: dict[str, Any] = {"status": result.status, "resolver": result.name}
-    if result.status == "completed":
+    if result.secret:
+        payload["result"] = "***"
+        payload["note"] = "a secret result is available; it is not shown"
+    elif result.status == "completed":
         payload["result"] = result.value
     elif result.status == "error":
         payload["error"] = result.error

@@ -491,8 +491,7 @@ class Dialog:
                 attempts=_count(meta.get("attempt", meta.get("attempts"))),
                 seq=entry.seq,
             )
-            response = self.session.result_formatter(result)
-            found.append(result.model_copy(update={"response": response}))
+            found.append(self.session.dress(result))
         for result in sorted(found, key=lambda r: r.seq):
             self.inbox.put(result)
 

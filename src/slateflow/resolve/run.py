@@ -43,6 +43,32 @@ IGNORED_AFTER = 0.1
 MAX_ERROR_CHARS = 2000
 
 
+def _leaked(exc: BaseException) -> bool:
+    """Whether a BaseException out of a source is the source's own doing, not a cancellation of
+    the task running it (nor the host's KeyboardInterrupt / SystemExit)."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+        return False
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        # A cancellation delivered to this task comes with a cancelled enclosing scope.
+        return anyio.current_effective_deadline() != -math.inf and not _task_cancelling()
+    return not isinstance(exc, BaseExceptionGroup) or _leaked_group(exc)
+
+
+def _leaked_group(group: BaseExceptionGroup[BaseException]) -> bool:
+    return all(_leaked(e) for e in group.exceptions)
+
+
+def _task_cancelling() -> bool:
+    """On asyncio: whether this task has a cancellation request pending."""
+    import asyncio
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return False  # not on asyncio
+    return task is not None and task.cancelling() > 0
+
+
 def error_message(exc: BaseException) -> str:
     """The readable message written to ``<name>:error`` for ``exc``."""
     text = str(exc).strip() or type(exc).__name__
@@ -241,11 +267,17 @@ class Run:
             if self.cancel_reason is not None:
                 self._cancelled()
                 return
-            self.exception = exc
-            self.error = error_message(exc)
-            self.status = "error"
-            self.value = None
+            self._failed(exc)
             return
+        except BaseException as exc:
+            if _leaked(exc):
+                # Not a cancellation of this task: a library leaked its own (an HTTP client's
+                # timeout), or a source raised a BaseException. It is this run's error; the
+                # session and its other runs go on.
+                self.duration = clock.monotonic() - self._mono
+                self._failed(exc)
+                return
+            raise
         self.duration = clock.monotonic() - self._mono
         if self.cancel_reason is not None:
             # Finished after cancel() was called (before the cancellation reached it, or by
@@ -253,6 +285,17 @@ class Run:
             self._cancelled()
             return
         self.status = "done"
+
+    def _failed(self, exc: BaseException) -> None:
+        self.exception = exc
+        self.error = error_message(exc)
+        if not isinstance(exc, Exception):
+            self.error = (
+                f"{type(exc).__name__}: {self.error} (raised by the source of resolver "
+                f"{self.name!r} although the run was not cancelled; it counts as this run's error)"
+            )
+        self.status = "error"
+        self.value = None
 
     def _cancelled(self) -> None:
         self.status = "cancelled"

@@ -25,7 +25,7 @@ from ..errors import (
     SessionError,
     WaitTimeoutError,
 )
-from ..state import Change, Key, State
+from ..state import SECRET_MASK, Change, Key, State
 from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
 from ..state.when import Trigger
@@ -567,8 +567,7 @@ class Session:
     async def _deliver(self, run: Run) -> None:
         assert run.deliver is not None
         try:
-            result = run.background_result()
-            result = result.model_copy(update={"response": self.result_formatter(result)})
+            result = self.dress(run.background_result(), to_model=isinstance(run.deliver, ToInbox))
             outcome = run.deliver(result)
             if inspect.isawaitable(outcome):
                 # Delivered even while the session closes, but never for longer than the grace.
@@ -576,6 +575,19 @@ class Session:
                     await outcome
         except Exception as exc:
             self._report(run.deliver, exc)
+
+    def dress(self, result: BackgroundResult, *, to_model: bool = True) -> BackgroundResult:
+        """``result`` with its ``response`` (what the model is told) made by the result
+        formatter. A result of a secret key (``policy(..., secret=True)``) is never shown: its
+        response says a secret result is available (``"result": "***"``), and one going to the
+        model has its ``value`` masked too (a ``deliver`` callback of yours gets the value)."""
+        secret = result.status == "completed" and self.state.is_secret(f"{result.name}:result")
+        if not secret:
+            return result.model_copy(update={"response": self.result_formatter(result)})
+        masked = result.model_copy(update={"value": SECRET_MASK, "secret": True})
+        response = self.result_formatter(masked)
+        kept = masked if to_model else result.model_copy(update={"secret": True})
+        return kept.model_copy(update={"response": response})
 
     def _report(self, receiver: object, exc: Exception) -> None:
         log.error("slateflow session: %r failed: %r", receiver, exc, exc_info=exc)

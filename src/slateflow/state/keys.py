@@ -28,10 +28,21 @@ T = TypeVar("T")
 MAX_KEY_LENGTH = 256
 META_PREFIX = "state_meta:"
 
-# A segment is any run of characters other than whitespace, control characters, ":" and "*".
-_SEGMENT = r"[^\s:*\x00-\x1f\x7f-\x9f]+"
+# Characters that print as nothing or reorder what follows (format characters: zero-width
+# spaces and joiners, bidi overrides and isolates, the BOM, soft hyphens, tag characters),
+# lone surrogates and non-characters: two keys differing only by them would print the same.
+_INVISIBLE = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f"
+)
+# A segment is any run of characters other than whitespace, control characters, invisible
+# characters, ":" and "*".
+_SEGMENT = rf"[^\s:*\x00-\x1f\x7f-\x9f{_INVISIBLE}]+"
 _KEY_RE = re.compile(rf"{_SEGMENT}(?::{_SEGMENT})*")
-_PATTERN_RE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
+_PATTERN_RE = re.compile(rf"[^\s\x00-\x1f\x7f-\x9f{_INVISIBLE}]+")
+_INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]")
 
 
 def result_key(name: str) -> str:
@@ -64,6 +75,12 @@ def _why_invalid(key: str) -> str:
             return f"it contains whitespace ({ch!r})"
         if unicodedata.category(ch) == "Cc":
             return f"it contains a control character ({ch!r})"
+        if _INVISIBLE_RE.match(ch) or unicodedata.category(ch) in ("Cf", "Cs"):
+            name = unicodedata.name(ch, "a surrogate or non-character")
+            return (
+                f"it contains an invisible or text-reordering character (U+{ord(ch):04X} "
+                f"{name}), so it would print like another key"
+            )
         if ch == "*":
             return "it contains '*', which is reserved for patterns"
     return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
@@ -80,9 +97,18 @@ def check_key(key: object) -> str:
         raise InvalidKeyError(
             f"state key {key!r} is a {type(key).__name__}; keys are strings such as 'booking:date'"
         )
-    if len(key) <= MAX_KEY_LENGTH and _KEY_RE.fullmatch(key) is not None:
+    if (
+        len(key) <= MAX_KEY_LENGTH
+        and _KEY_RE.fullmatch(key) is not None
+        and (key.isascii() or not _has_format_character(key))
+    ):
         return key
     raise InvalidKeyError(f"invalid state key {key!r}: {_why_invalid(key)}")
+
+
+def _has_format_character(key: str) -> bool:
+    # The regex knows the common invisible characters; the Unicode database knows them all.
+    return any(unicodedata.category(ch) in ("Cf", "Cs") for ch in key if not ch.isascii())
 
 
 class Pattern:
@@ -101,9 +127,12 @@ class Pattern:
             raise InvalidKeyError(f"invalid key pattern {text!r}: patterns are non-empty strings")
         if "*" not in text:
             check_key(text)
-        elif _PATTERN_RE.fullmatch(text) is None:
+        elif _PATTERN_RE.fullmatch(text) is None or (
+            not text.isascii() and _has_format_character(text)
+        ):
             raise InvalidKeyError(
-                f"invalid key pattern {text!r}: it contains whitespace or control characters"
+                f"invalid key pattern {text!r}: it contains whitespace, control or invisible "
+                "characters"
             )
         self.text = text
         self.wildcard = "*" in text

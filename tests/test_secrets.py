@@ -1,0 +1,125 @@
+"""Secrets never reach the model: a secret background result is handed over as "a secret result
+is available", a flow's ground may not read a secret key, and keys cannot hide characters that
+make two different keys print the same (test_keys_values)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from slateflow import (
+    BackgroundResult,
+    Flow,
+    ManualClock,
+    Resolver,
+    Session,
+    State,
+    Step,
+    is_set,
+)
+
+pytestmark = pytest.mark.anyio
+
+CARD = "4929 1234 5678 9012"
+
+
+async def card_lookup(state: State) -> dict[str, str]:
+    return {"number": CARD, "holder": "Ann"}
+
+
+def secret_state() -> State:
+    state = State()
+    state.policy("card:*", secret=True)
+    return state
+
+
+async def test_a_secret_background_result_reaches_the_model_masked() -> None:
+    async with Session(secret_state(), clock=ManualClock()) as session:
+        session.background(Resolver.fetch("card", card_lookup))
+        ctx = await session.user_turn("what card do you have on file?")
+        (delivered,) = ctx.deliveries
+        assert delivered.secret
+        assert delivered.value == "***"
+        assert delivered.response == {
+            "status": "completed",
+            "resolver": "card",
+            "result": "***",
+            "note": "a secret result is available; it is not shown",
+        }
+        assert CARD not in ctx.full_prompt
+        assert CARD not in json.dumps(ctx.to_dict())
+        assert "a secret result is available" in ctx.full_prompt
+        assert session.state.get("card:result")["number"] == CARD  # the State has it
+
+
+async def test_a_secret_interrupt_result_is_masked_for_on_delivery_too() -> None:
+    spoken: list[BackgroundResult] = []
+    async with Session(secret_state(), clock=ManualClock(), on_delivery=spoken.append) as session:
+        session.background(Resolver.fetch("card", card_lookup), scheduling="interrupt")
+        await session.clock.advance(0)  # type: ignore[attr-defined]
+        assert [r.value for r in spoken] == ["***"]
+        assert CARD not in str(spoken[0].response)
+
+
+async def test_a_deliver_callback_of_your_own_gets_the_value_but_not_in_the_response() -> None:
+    mine: list[BackgroundResult] = []
+    async with Session(secret_state(), clock=ManualClock()) as session:
+        session.background(Resolver.fetch("card", card_lookup), mine.append)
+        await session.clock.advance(0)  # type: ignore[attr-defined]
+    assert mine[0].value["number"] == CARD
+    assert mine[0].secret
+    assert CARD not in str(mine[0].response)
+
+
+async def test_a_custom_result_formatter_never_sees_a_secret_value() -> None:
+    seen: list[Any] = []
+
+    def formatter(result: BackgroundResult) -> dict[str, Any]:
+        seen.append(result.value)
+        return {"value": result.value}
+
+    async with Session(secret_state(), clock=ManualClock(), result_formatter=formatter) as s:
+        s.background(Resolver.fetch("card", card_lookup))
+        ctx = await s.user_turn("and?")
+    assert seen == ["***"]
+    assert ctx.deliveries[0].response == {"value": "***"}
+
+
+async def test_a_ground_that_reads_a_secret_key_is_refused_when_the_flow_starts() -> None:
+    from slateflow.errors import FlowError
+
+    state = secret_state()
+    plan = Flow(
+        "pay",
+        [Step("confirm", done=is_set("paid"), ground="Card on file: {card:number}.")],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        with pytest.raises(FlowError, match=r"'card:number'.*secret"):
+            session.run_flow(plan)
+        ctx = await session.user_turn("hello")  # the session is not wedged
+        assert ctx.turn.number == 1
+
+
+async def test_a_key_made_secret_after_the_flow_started_drops_the_line_not_the_turn() -> None:
+    state = State()
+    state.set("card:number", CARD)
+    plan = Flow(
+        "pay",
+        [
+            Step(
+                "confirm",
+                done=is_set("paid"),
+                posture="Confirm the payment.",
+                ground="Card on file: {card:number}.",
+            )
+        ],
+    )
+    async with Session(state, clock=ManualClock()) as session:
+        session.run_flow(plan)
+        state.policy("card:*", secret=True)
+        ctx = await session.user_turn("go ahead")
+        assert ctx.postures == ("Confirm the payment.",)
+        assert ctx.grounds == ()
+        assert CARD not in ctx.full_prompt
