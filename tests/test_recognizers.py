@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from slateflow import ManualClock
@@ -1157,6 +1157,9 @@ def luhn_runs(text: str) -> list[str]:
 
 @quick
 @given(transcripts())
+@example("my my pin 100\n0000000")  # a code's keyword before a line break and a long number
+@example("pin 100, 0000000")
+@example("my my pin 100-0000000")
 def test_redact_leaves_no_card_number_and_is_idempotent(text: str) -> None:
     once = redact(text)
     assert luhn_runs(once) == []

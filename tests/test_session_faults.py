@@ -88,3 +88,62 @@ async def test_a_real_cancellation_still_cancels_the_run() -> None:
         with anyio.move_on_after(0):  # the caller of a call-mode run is cancelled
             await session.call(Resolver.fetch("sleepy", fake_fetch()))
         assert state.get("sleepy:status") == "cancelled"
+
+
+async def test_a_watcher_that_writes_the_key_it_watches_is_stopped_and_reported() -> None:
+    state = State()
+    failures: list[BaseException] = []
+    state.receiver_failed.connect(
+        lambda sender, receiver, error, changes: failures.append(error), weak=False
+    )
+
+    async def bump(change: Any) -> None:
+        state.set("n", change.new + 1)
+
+    async with Session(state, clock=ManualClock()) as session:
+        session.watch("n", lambda old, new: True, bump, blocking=True)
+        session.watch("m", lambda old, new: True, _bump_m(state))
+        state.set("n", 0)
+        state.set("m", 0)
+        await session.wait_idle()
+    assert [type(e).__name__ for e in failures] == ["DeliveryChainError"] * 2
+    assert state.get("n") == state.get("m") == 1000
+
+
+def _bump_m(state: State) -> Any:
+    async def bump(change: Any) -> None:
+        state.set("m", change.new + 1)
+
+    return bump
+
+
+async def test_a_resolver_run_starts_a_chain_of_its_own() -> None:
+    # A flow of many steps, each started by the last one's resolver: long, but no loop.
+    from slateflow import Flow, Step, resolved, run
+
+    steps = []
+    for i in range(MAX_STEPS):
+        lookup = Resolver.fetch(f"r{i}", _value(i))
+        steps.append(
+            Step(
+                f"s{i}",
+                after=[f"s{i - 1}"] if i else [],
+                done=resolved(f"r{i}"),
+                on_enter=run(lookup, "dispatch"),
+            )
+        )
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(Flow("long", steps))
+        await runner.wait_complete(timeout=10)
+    assert state.get(f"r{MAX_STEPS - 1}:result") == MAX_STEPS - 1
+
+
+MAX_STEPS = 1200  # deeper than a delivery chain may go
+
+
+def _value(i: int) -> Any:
+    async def source(state: State) -> int:
+        return i
+
+    return source

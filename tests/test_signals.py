@@ -23,6 +23,8 @@ from slateflow import (
     State,
     Subscription,
 )
+from slateflow.errors import DeliveryChainError
+from slateflow.state.chains import MAX_CHAIN
 
 
 class Recorder:
@@ -610,7 +612,7 @@ def test_blinker_receiver_write_is_breadth_first_too(state: State) -> None:
 
 
 def test_long_chain_of_receiver_writes_does_not_recurse(state: State) -> None:
-    n = 100_000
+    n = MAX_CHAIN - 1  # as deep as a chain may go (deeper ones are stopped: see below)
     seen: list[int] = []
 
     def step(changes: tuple[Change, ...]) -> None:
@@ -666,3 +668,22 @@ def test_many_subscriptions_on_other_keys_are_not_called(state: State) -> None:
     state.set("other:42", 1)
     state.set("other:7:x", 1)
     assert called == ["key42", "pattern7"]
+
+
+def test_a_receiver_writing_the_key_it_listens_to_is_stopped_and_reported(state: State) -> None:
+    failures: list[tuple[object, BaseException, tuple[Change, ...]]] = []
+    state.receiver_failed.connect(
+        lambda sender, receiver, error, changes: failures.append((receiver, error, changes)),
+        weak=False,
+    )
+    state.subscribe(lambda changes: state.set("n", changes[0].new + 1), keys=["n"])
+    state.set("n", 0)  # returns: the chain is stopped, not endless
+    assert state.get("n") == MAX_CHAIN  # every write stands
+    ((receiver, error, changes),) = failures
+    assert receiver == "delivery chain"
+    assert isinstance(error, DeliveryChainError)
+    assert "stopped at n" in str(error)
+    assert [c.key for c in changes] == ["n"]
+    state.set("other", 1)  # the State still delivers: a new write starts a new chain
+    state.set("n", -5)
+    assert len(failures) == 2

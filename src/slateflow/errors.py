@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "CursorExpiredError",
+    "DeliveryChainError",
     "DispatchError",
     "DispatchRejectedError",
     "ExtractDefinitionError",
@@ -112,6 +113,12 @@ class CursorExpiredError(SlateError):
 
     Read less often, raise ``journal_size``, or attach a journal sink that keeps everything.
     """
+
+
+class DeliveryChainError(SlateError):
+    """Receivers or watchers reacting to each other's writes went on too long (one that writes
+    the key it listens to): the chain was stopped. Reported on ``state.receiver_failed``; the
+    writes stand, their changes were not delivered."""
 
 
 class SnapshotError(SlateError, ValueError):

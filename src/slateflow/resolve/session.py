@@ -26,6 +26,7 @@ from ..errors import (
     WaitTimeoutError,
 )
 from ..state import SECRET_MASK, Change, Key, State
+from ..state.chains import fresh_chain
 from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
 from ..state.when import Trigger
@@ -483,6 +484,9 @@ class Session:
         run._handle = self._tg.create_task(self._drive(run, slot), name=run.name)
 
     async def _drive(self, run: Run, slot: _Slot) -> None:
+        # A run is new work, not a reaction to the write that dispatched it: its writes start
+        # a delivery chain of their own.
+        fresh_chain()
         state = self.state
         # A task copies the context of whoever dispatched it, maybe another resolver's fenced
         # source; this run's callbacks (deliver, subscribers) must not write as that resolver.

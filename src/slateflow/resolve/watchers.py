@@ -11,6 +11,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..state import Change
+from ..state.chains import depth as chain_depth
+from ..state.chains import in_chain
 from ..state.when import Trigger
 
 if TYPE_CHECKING:
@@ -63,11 +65,12 @@ class Watcher:
         session = self.session
         if not self.sub.active or not session._open:
             return
+        level = chain_depth()  # an action's writes are one more link of this chain
         for change in changes:
             session._actions += 1
             if self.blocking:
                 assert session._queue is not None
-                session._queue.put(self, change)
+                session._queue.put(self, change, level)
             else:
                 session._spawn(self.run, change)
 
@@ -99,23 +102,25 @@ class WatchQueue:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        send: MemoryObjectSendStream[tuple[Watcher, Change]]
-        receive: MemoryObjectReceiveStream[tuple[Watcher, Change]]
+        send: MemoryObjectSendStream[tuple[Watcher, Change, int]]
+        receive: MemoryObjectReceiveStream[tuple[Watcher, Change, int]]
         send, receive = anyio.create_memory_object_stream(math.inf)
         self._send = send
         self._receive = receive
         self._scope = anyio.CancelScope()
 
-    def put(self, watcher: Watcher, change: Change) -> None:
-        """Queue an action (never blocks: the queue is unbounded)."""
-        self._send.send_nowait((watcher, change))
+    def put(self, watcher: Watcher, change: Change, level: int = 0) -> None:
+        """Queue an action (never blocks: the queue is unbounded); ``level`` is the delivery
+        chain depth it reacts at."""
+        self._send.send_nowait((watcher, change, level))
 
     async def consume(self) -> None:
         """The queue's task: run queued actions until the queue is closed."""
         with self._scope:
             async with self._receive:
-                async for watcher, change in self._receive:
-                    await watcher.run(change)
+                async for watcher, change, level in self._receive:
+                    with in_chain(level):
+                        await watcher.run(change)
 
     def close(self, *, drain: bool) -> None:
         """No more actions; with ``drain`` the queued ones still run, else they are dropped."""

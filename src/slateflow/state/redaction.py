@@ -146,7 +146,7 @@ def _digit_runs(text: str) -> list[_Run]:
                 gap = text[prev:at]
                 if gap.strip(_GAP):
                     break  # something else than a separator between them: the run ends
-                if head < 0 and gap not in ("", " ") and (gap.strip() or len(gap) > 1):
+                if head < 0 and gap not in ("", " "):
                     head, head_digits = last, "".join(digits)  # "100, 2000000"; a pause
             nxt = toks[i + 1][2] if i + 1 < n else ""
             if tok.isdigit():

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 from blinker import ANY, Signal
 
 from ..errors import (
+    DeliveryChainError,
     HistoryError,
     InvalidKeyError,
     KeyExistsError,
@@ -30,6 +31,8 @@ from ..stores.base import Durability, Store
 from ..stores.records import ChangeRow, EntryRow, Loaded
 from . import snapshots, waits
 from .actors import Actor
+from .chains import MAX_CHAIN, in_chain
+from .chains import depth as chain_depth
 from .journal import JournalSink, Ring
 from .keys import META_PREFIX, Key, check_key, result_key
 from .keys import key_list as _key_list
@@ -121,7 +124,8 @@ class State:
             self.add_sink(sink)
         self._subs = SubscriptionIndex()
         # Raw batches (plain tuples) waiting for delivery; wrapped into Changes once, when sent.
-        self._pending: deque[tuple[RawChange, ...]] = deque()
+        # Batches waiting for delivery, each with the chain depth of the code that wrote it.
+        self._pending: deque[tuple[tuple[RawChange, ...], int]] = deque()
         self._delivering = False
         self._policy = policy if policy is not None else Policy()
         self._schemas = Schemas()
@@ -529,7 +533,7 @@ class State:
             )
             # Queued before the sinks run, so a write a sink makes is delivered after this one.
             if listened:
-                self._pending.append((change,))
+                self._pending.append(((change,), chain_depth()))
             failures = self._feed_sinks((change,)) if self._sinks else None
         finally:
             lock.release()
@@ -909,7 +913,7 @@ class State:
             if self._listening and (
                 self.changed.receivers or any(self._subs.for_key(c[0]) for c in batch)
             ):
-                self._pending.append(batch)
+                self._pending.append((batch, chain_depth()))
             failures = self._feed_sinks(batch) if self._sinks else None
         if failures:
             self._report_sink_failures(failures, batch)
@@ -956,8 +960,13 @@ class State:
                     if not pending:
                         self._delivering = False
                         return
-                    batch = pending.popleft()
-                self._dispatch(batch)
+                    batch, level = pending.popleft()
+                if level >= MAX_CHAIN:
+                    self._chain_stopped(batch, level)
+                    continue
+                # What receivers write now is one level deeper in this chain.
+                with in_chain(level + 1):
+                    self._dispatch(batch)
         except BaseException:
             with lock:
                 self._delivering = False
@@ -994,6 +1003,19 @@ class State:
                 except Exception as exc:
                     self._report_failure(sub.callback, exc, batch)
 
+    def _chain_stopped(self, raw: tuple[RawChange, ...], level: int) -> None:
+        """A chain of reactions went past MAX_CHAIN: this batch stays committed, undelivered."""
+        batch = tuple(map(_wrap, raw))
+        keys = ", ".join(sorted({c.key for c in batch}))
+        error = DeliveryChainError(
+            f"receivers and watchers reacting to each other's writes made a chain of {level} "
+            f"deliveries, stopped at {keys}: the writes stand, this change was not delivered. A "
+            "receiver or watcher probably writes a key it reacts to; make it write only when "
+            "the value differs, or react to another key"
+        )
+        log.error("state delivery (seq %d): %s", batch[0].seq, error)
+        self._send_failure("delivery chain", error, batch)
+
     def _report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
         keys = ", ".join(sorted({c.key for c in batch}))
         name = getattr(receiver, "__qualname__", None) or repr(receiver)
@@ -1005,6 +1027,9 @@ class State:
             batch[0].seq,
             exc_info=exc,
         )
+        self._send_failure(receiver, exc, batch)
+
+    def _send_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
         if self.receiver_failed.receivers:
             try:
                 self.receiver_failed.send(self, receiver=receiver, error=exc, changes=batch)
