@@ -45,6 +45,7 @@ __all__ = [
     "SupervisionError",
     "TemplateError",
     "TransactionError",
+    "UsageError",
     "VersionConflictError",
     "WaitTimeoutError",
 ]
@@ -119,6 +120,11 @@ class DeliveryChainError(SlateError):
     """Receivers or watchers reacting to each other's writes went on too long (one that writes
     the key it listens to): the chain was stopped. Reported on ``state.receiver_failed``; the
     writes stand, their changes were not delivered."""
+
+
+class UsageError(SlateError, ValueError):
+    """A call got an argument it cannot use (a wait's timeout that is not a finite number of
+    seconds, say); the message names the argument and what it takes."""
 
 
 class SnapshotError(SlateError, ValueError):

@@ -725,7 +725,16 @@ def _field(node: Mapping[str, Any], name: str, path: str) -> Any:
     return node[name]
 
 
-def _parse(node: Any, path: str) -> Guard:
+MAX_GUARD_DEPTH = 100
+"""How deeply a serialised guard may nest (``all`` / ``any`` / ``not``)."""
+
+
+def _parse(node: Any, path: str, depth: int = 0) -> Guard:
+    if depth >= MAX_GUARD_DEPTH:
+        raise GuardFormatError(
+            f"{path[:60]}...: the guard nests more than {MAX_GUARD_DEPTH} levels deep; "
+            "flatten it (all_ and any_ take any number of parts)"
+        )
     if not isinstance(node, Mapping):
         raise GuardFormatError(f"{path}: a guard node is a JSON object, got {_kind(node)}")
     op = node.get("op")
@@ -737,24 +746,24 @@ def _parse(node: Any, path: str) -> Guard:
     if extra:
         raise GuardFormatError(f"{path}: unknown field(s) {extra} for op {op!r}")
     try:
-        return _build(op, node, path)
+        return _build(op, node, path, depth)
     except GuardFormatError:
         raise
     except (ValueError, TypeError) as exc:
         raise GuardFormatError(f"{path}: {exc}") from None
 
 
-def _build(op: str, node: Mapping[str, Any], path: str) -> Guard:
+def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard:
     if op == "always":
         return always()
     if op in ("all", "any"):
         parts = _field(node, "of", path)
         if not isinstance(parts, list):
             raise GuardFormatError(f"{path}.of: expected a list of guards, got {_kind(parts)}")
-        built = tuple(_parse(p, f"{path}.of[{i}]") for i, p in enumerate(parts))
+        built = tuple(_parse(p, f"{path}.of[{i}]", depth + 1) for i, p in enumerate(parts))
         return all_(*built) if op == "all" else any_(*built)
     if op == "not":
-        return not_(_parse(_field(node, "of", path), f"{path}.of"))
+        return not_(_parse(_field(node, "of", path), f"{path}.of", depth + 1))
     if op == "captured":
         keys = _field(node, "keys", path)
         if not isinstance(keys, list) or not keys:

@@ -44,7 +44,7 @@ from .scopes import ReadOnlyView, ScopedView
 from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription, SubscriptionIndex
 from .transaction import Transaction
-from .values import JSON, MISSING, REMOVED, clean, copy_json, same
+from .values import _BIG, JSON, MISSING, REMOVED, clean, copy_json, same
 from .when import Trigger
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
@@ -447,7 +447,7 @@ class State:
             if (
                 row is not None
                 and type(key) is str
-                and (t is str or t is int or t is bool or value is None)
+                and (t is str or t is bool or value is None or (t is int and -_BIG < value < _BIG))
                 and not self._schemas.decls
                 and not policy.active
             ):

@@ -30,15 +30,32 @@ REMOVED: Any = object()
 """Sentinel: a buffered or batched removal."""
 MAX_DEPTH = 200
 _PLAIN = frozenset({str, int, bool})
+MAX_INT_DIGITS = 4300
+"""The most digits an integer may have: Python cannot print a longer one (``str()`` raises),
+so it could not be shown, snapshotted or stored."""
+_BIG = 10**MAX_INT_DIGITS
 
 
 def _where(path: str) -> str:
+    if len(path) > 80:
+        path = f"{path[:40]}...{path[-30:]}"
     return f" at {path}" if path else ""
+
+
+def _too_big(value: int, key: str, path: str) -> StateValueError:
+    return StateValueError(
+        f"value for {key!r}{_where(path)} is an integer of more than {MAX_INT_DIGITS} digits, "
+        "which cannot be shown, snapshotted or stored; store it as a string"
+    )
 
 
 def _clean(value: object, key: str, path: str, depth: int) -> JSON:
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is int:
+        if -_BIG < value < _BIG:
+            return value
+        raise _too_big(value, key, path)  # type: ignore[arg-type]
+    if t is str or t is bool or value is None:
         return value
     if t is float:
         if math.isfinite(value):  # type: ignore[arg-type]
@@ -47,7 +64,7 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
             f"value for {key!r}{_where(path)} is {value!r}; JSON has no NaN or infinity, "
             "store None or a string instead"
         )
-    if depth > MAX_DEPTH:
+    if depth >= MAX_DEPTH:  # this container would be level depth + 1
         raise StateValueError(
             f"value for {key!r}{_where(path)} is nested more than {MAX_DEPTH} levels deep "
             "(or contains itself)"
@@ -65,7 +82,12 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
             out[k] = _clean(v, key, f"{path}[{k!r}]", depth + 1)
         return out
     if isinstance(value, list):
-        if {*map(type, value)} <= _PLAIN:
+        kinds = {*map(type, value)}
+        if kinds <= _PLAIN:
+            if int in kinds:
+                for i, v in enumerate(value):
+                    if type(v) is int and not -_BIG < v < _BIG:
+                        raise _too_big(v, key, f"{path}[{i}]")
             return list(value)  # strings, ints and bools need no per-item walk (C speed)
         return [_clean(v, key, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, BaseModel):
@@ -78,7 +100,7 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
-        return int.__index__(value)
+        return _clean(int.__index__(value), key, path, depth)
     if isinstance(value, float):
         return _clean(float(value), key, path, depth)
     hint = " (use a list)" if isinstance(value, tuple | set | frozenset) else ""
@@ -94,7 +116,7 @@ def clean(value: object, key: str) -> JSON:
     Raises :class:`StateValueError` naming the key and the path of the offending part.
     """
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
+    if t is str or t is bool or value is None or (t is int and -_BIG < value < _BIG):
         return value
     return _clean(value, key, "", 0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from ..errors import WaitTimeoutError
+from ..errors import UsageError, WaitTimeoutError
 from .keys import Key
 from .values import MISSING
 
@@ -48,9 +49,27 @@ class _Waiter:
             self.token.backend_class.run_sync_soon(event.set, (), self.token.native_token)
 
 
+def check_timeout(timeout: object, what: str) -> float | None:
+    """``timeout`` as seconds, or None; anything but a finite number >= 0 (or None) raises
+    :class:`UsageError` (``True`` is not one second, NaN is not a number of seconds)."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise UsageError(
+            f"{what}: timeout must be a finite number of seconds >= 0 or None, got {timeout!r}"
+        )
+    return float(timeout)
+
+
 async def wait_for(state: State, key: str | Key[Any], timeout: float | None) -> Any:
     """See :meth:`State.wait_for`."""
     name = state._name(key)
+    timeout = check_timeout(timeout, f"wait_for({name!r})")
     waiter = _Waiter()
     sub = state.subscribe(waiter.wake, keys=[name])
     try:
@@ -77,6 +96,7 @@ async def wait_until(
     timeout: float | None,
 ) -> Any:
     """See :meth:`State.wait_until`."""
+    timeout = check_timeout(timeout, "wait_until")
     waiter = _Waiter()
 
     def check(changes: object = None) -> None:
