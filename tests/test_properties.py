@@ -35,7 +35,13 @@ def is_valid_key(key: str) -> bool:
     """The key rules, written independently of the library."""
     return (
         0 < len(key) <= 256
-        and not any(c.isspace() or c == "*" or unicodedata.category(c) == "Cc" for c in key)
+        and not any(
+            c.isspace()
+            or c == "*"
+            or unicodedata.category(c) in ("Cc", "Cf", "Cs")  # control, invisible, surrogate
+            or c in "\ufffe\uffff"
+            for c in key
+        )
         and all(key.split(":"))
     )
 
