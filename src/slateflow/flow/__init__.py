@@ -23,7 +23,15 @@ from .guards import *  # noqa: F403  (the names are guards.__all__)
 from .repair import RepairPolicy, escalate_key, reprompt_key
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .serialize import FLOW_FORMAT
-from .stack import OVERLAY_KEY, TERMINATED_KEY, Digression, FlowStack, Resume, StackRunner
+from .stack import (
+    OVER_KEY,
+    OVERLAY_KEY,
+    TERMINATED_KEY,
+    Digression,
+    FlowStack,
+    Resume,
+    StackRunner,
+)
 from .steps import Edge, OnEnter, Step, edge, run
 from .timing import DEFAULT_REPROMPT, VOICE_TIMING_KEY, VoiceTiming
 
@@ -32,6 +40,7 @@ __all__ = [
     "DEFAULT_REPROMPT",
     "FLOW_FORMAT",
     "OVERLAY_KEY",
+    "OVER_KEY",
     "TERMINATED_KEY",
     "VOICE_TIMING_KEY",
     "Admission",

@@ -124,11 +124,16 @@ class FlowExplanation:
     allowed_tools: tuple[str, ...] = ()
     blocked_tools: dict[str, str] = field(default_factory=dict)
     unmet_requirements: tuple[str, ...] = ()
+    terminated: str | None = None
+    """The digression that ended the conversation (a ``FlowStack``), if one did."""
 
     def __str__(self) -> str:
+        status = "complete" if self.complete else "not complete"
+        if self.terminated is not None:
+            status = f"terminated by digression {self.terminated!r}"
         lines = [
             f"flow {self.flow!r}: "
-            + ("complete" if self.complete else "not complete")
+            + status
             + f"; active: {', '.join(self.active) or 'none'}"
             + f"; done: {', '.join(self.done) or 'none'}"
         ]
@@ -399,8 +404,12 @@ class FlowRunner:
         self._lane_scope: anyio.CancelScope | None = None
         self._stamp = Stamp("flow", flow.name, None, None)
         self._keys = tuple(
-            f"flow:{flow.name}:{k}" for k in ("active", "done", "complete", "marking", "told")
+            f"flow:{flow.name}:{k}"
+            for k in ("active", "done", "complete", "marking", "told", "over")
         )
+        self._over = False  # complete, and its closing words were handed to the model
+        # A FlowStack's layers leave "the call is over" to the stack.
+        self._announces_over = True
         # Steps whose posture reached the model since they were entered: the user turn it was.
         self._told: dict[int, int] = {}
         self._turn_open = False  # begin_turn ran and on_turn has not finished
@@ -810,6 +819,8 @@ class FlowRunner:
         if dirty & 16:
             steps = self.flow.steps
             writes[keys[4]] = [steps[i].id for i in sorted(self._told)]
+        if dirty & 32:
+            writes[keys[5]] = self._over
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
             self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
@@ -1182,6 +1193,9 @@ class FlowRunner:
             if self._told:
                 self._told.clear()
                 self._keys_dirty |= 16
+            if self._over:
+                self._over = False
+                self._keys_dirty |= 32
             for reset in self._resets:
                 reset.last = False
             self._suspended = False
@@ -1249,19 +1263,26 @@ class FlowRunner:
         is handed to the model (the session calls the result with the user turn number)."""
         with self._lock:
             speaking = tuple(rt.index for rt in self._speaking_rts())
+            # The complete flow's closing words (a stack's layer never ends the call itself).
+            closing = self._announces_over and self._complete and not self._active_ids.index
         if not speaking:
             return None
-        return lambda turn: self._mark_told(speaking, turn)
+        return lambda turn: self._mark_told(speaking, turn, closing)
 
-    def _mark_told(self, steps: tuple[int, ...], turn: int) -> None:
+    def _mark_told(self, steps: tuple[int, ...], turn: int, closing: bool = False) -> None:
         """Record ``steps`` as told at user turn ``turn``: ``flow:{name}:told`` and the marking
-        (guards reading ``told`` re-evaluate)."""
+        (guards reading ``told`` re-evaluate); with ``closing`` (they were the complete flow's
+        closing words) the flow is over (``flow:{name}:over``, ``signals.flow_over``)."""
         with self._lock, self._committed():
             if self._closed:
                 return
             new = [i for i in steps if i not in self._told and (self._active[i] or self._done[i])]
-            if not new:
+            over = closing and not self._over
+            if not new and not over:
                 return
+            if over:
+                self._over = True
+                self._keys_dirty |= 32
             for i in new:
                 self._told[i] = turn
             self._marking = None
@@ -1272,6 +1293,14 @@ class FlowRunner:
             events = [] if self._suspended else self._latch()
             self._write_keys()
         self._publish(events)
+        if over and signals.flow_over.receivers:
+            self._send(signals.flow_over)
+
+    @property
+    def is_over(self) -> bool:
+        """Whether the flow is complete and its closing words were handed to the model (the
+        moment a call may end without cutting them off): ``flow:{name}:over``."""
+        return self._over
 
     @property
     def told_steps(self) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from blinker import Namespace
 
-__all__ = ["flow_completed", "step_done", "step_entered", "step_reset"]
+__all__ = ["flow_completed", "flow_over", "step_done", "step_entered", "step_reset"]
 
 _signals = Namespace()
 
@@ -19,3 +19,8 @@ step_entered = _signals.signal("slateflow.step_entered", doc="A step became acti
 step_done = _signals.signal("slateflow.step_done", doc="A step is done.")
 step_reset = _signals.signal("slateflow.step_reset", doc="A reset constraint re-opened a step.")
 flow_completed = _signals.signal("slateflow.flow_completed", doc="The flow became complete.")
+flow_over = _signals.signal(
+    "slateflow.flow_over",
+    doc="The flow is complete (or a FlowStack ended) and its closing words were handed to the "
+    "model: a voice adapter may hang up now, without cutting the goodbye off.",
+)

@@ -33,7 +33,15 @@ from .timing import VoiceTiming
 if TYPE_CHECKING:
     from ..resolve.session import Session
 
-__all__ = ["OVERLAY_KEY", "TERMINATED_KEY", "Digression", "FlowStack", "Resume", "StackRunner"]
+__all__ = [
+    "OVERLAY_KEY",
+    "OVER_KEY",
+    "TERMINATED_KEY",
+    "Digression",
+    "FlowStack",
+    "Resume",
+    "StackRunner",
+]
 
 log = logging.getLogger("slateflow.flow")
 
@@ -41,6 +49,9 @@ OVERLAY_KEY = "flow:overlay"
 """The active digression's name, or None while the main flow drives."""
 TERMINATED_KEY = "flow:terminated"
 """True once a ``resume="terminate"`` digression ended the conversation."""
+OVER_KEY = "flow:over"
+"""True once the conversation ended (terminated, or the main flow complete) and its closing
+words were handed to the model: a voice adapter hangs up on it."""
 
 Resume = Literal["previous", "restart", "terminate"]
 _RESUMES: tuple[Resume, ...] = ("previous", "restart", "terminate")
@@ -157,12 +168,14 @@ class StackRunner:
         self.enforcement = Enforcement(enforcement)
         self.name = stack.main.name
         self.main = FlowRunner(stack.main, state, session=session, enforcement=enforcement)
+        self.main._announces_over = False  # the stack says when the call is over
         self._active: tuple[Digression, FlowRunner] | None = None
         # The turn whose context says a completed digression's closing words (None: none).
         self._closing_turn: int | None = None
         self._driving = False  # in on_turn or on_tool_ok, which check the closing themselves
         self.terminated: str | None = None
         """The digression that ended the conversation, once one has."""
+        self._over = False
         self.history: list[tuple[int, str, str]] = []
         """``(turn, digression, "entered" | "resumed" | "restarted" | "terminated")``, in order."""
         self.turns = 0
@@ -200,7 +213,11 @@ class StackRunner:
     def _publish(self) -> None:
         try:
             self.state.update(
-                {OVERLAY_KEY: self.overlay, TERMINATED_KEY: self.terminated is not None},
+                {
+                    OVERLAY_KEY: self.overlay,
+                    TERMINATED_KEY: self.terminated is not None,
+                    OVER_KEY: self._over,
+                },
                 source="flow",
                 writer=self.name,
             )
@@ -234,8 +251,37 @@ class StackRunner:
 
     def told_marker(self) -> Callable[[int], None] | None:
         """The speaking layer's steps, to record as told when their context reaches the model
-        (none once the conversation has ended)."""
-        return None if self._silent() else self.current.told_marker()
+        (none once the conversation has ended); the closing context also makes the call over."""
+        inner = None if self._silent() else self.current.told_marker()
+        ending = self.terminated is not None or (self._active is None and self.main.is_complete)
+        if not ending or self._over:
+            return inner
+
+        def told_and_over(turn: int) -> None:
+            if inner is not None:
+                inner(turn)
+            self._mark_over()
+
+        return told_and_over
+
+    @property
+    def is_over(self) -> bool:
+        """Whether the conversation ended and its closing words were handed to the model
+        (``flow:over``, ``signals.flow_over``): hang up then, not when it is merely
+        terminated, or the goodbye is cut off."""
+        return self._over
+
+    def _mark_over(self) -> None:
+        if self._over or self._closed:
+            return
+        self._over = True
+        self._publish()
+        if signals.flow_over.receivers:
+            for receiver in signals.flow_over.receivers_for(self):
+                try:
+                    receiver(self, flow=self.name)
+                except Exception:
+                    log.exception("flow stack %r: a flow_over receiver failed", self.name)
 
     async def on_turn(self) -> None:
         """A turn ended: close a digression that completed last turn (resuming the main flow
@@ -278,6 +324,7 @@ class StackRunner:
                     resume=False,
                 )
                 runner._entered_this_turn()
+                runner._announces_over = False
                 self.main.suspend()
                 self._active = (d, runner)
                 # Completed between turns by a write (a background result, a webhook): noticed
@@ -390,6 +437,8 @@ class StackRunner:
         tool is refused with the reason."""
         if self.terminated is not None:
             if self.enforcement is Enforcement.OBSERVE:
+                # Admitted, and audited like any other breach.
+                self.main.violations.append(Violation(tool, self._ended(), ()))
                 return Admission(tool, True, self._ended(), violation=True)
             return Admission(tool, False, self._ended())
         admission = self.current.admit(tool)
@@ -439,8 +488,19 @@ class StackRunner:
         return self.current.refusal_text(tool, *denial, available=available)
 
     def explain(self) -> FlowExplanation:
-        """The speaking layer's explanation."""
-        return self.current.explain()
+        """The speaking layer's explanation; once terminated, the truth of it: no step active,
+        every tool refused with the reason, nothing unmet any more."""
+        if self.terminated is None:
+            return self.current.explain()
+        ended = self._ended()
+        return FlowExplanation(
+            self.name,
+            tuple(self.active_steps),
+            tuple(self.main.done_steps),
+            True,
+            blocked_tools=dict.fromkeys(self.known_tools(), ended),
+            terminated=self.terminated,
+        )
 
     def verdict(self, step: str) -> Verdict:
         """Where a step of the speaking layer stands."""

@@ -1,0 +1,123 @@
+"""The end of a call told truthfully: after a terminating digression the explanation shows no
+active step and every tool refused, observe mode audits what was called after the end, and
+"the call is over" comes only once the goodbye was handed to the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slateflow import (
+    Digression,
+    Flow,
+    FlowStack,
+    ManualClock,
+    Session,
+    State,
+    Step,
+    is_set,
+    is_true,
+    signals,
+)
+from slateflow.flow import OVER_KEY
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = ["book_table", "transfer"]
+
+
+def booking() -> Flow:
+    return Flow(
+        "booking",
+        [
+            Step("ask", done=is_set("b:size"), posture="Ask how many people.", allow=["transfer"]),
+            Step("book", after=["ask"], done=is_true("b:booked"), allow=["book_table"]),
+            Step("bye", after=["book"], terminal=True, posture="Thank them and say goodbye."),
+        ],
+    )
+
+
+def stack() -> FlowStack:
+    cancel = Flow("cancel", [Step("farewell", terminal=True, posture="Say goodbye.")])
+    return FlowStack(booking(), [Digression("cancel", is_true("turn:cancel"), cancel, "terminate")])
+
+
+async def terminated(session: Session, **options: Any) -> Any:
+    runner = session.run_flow(stack(), **options)
+    session.state.set("turn:cancel", True)
+    ctx = await session.user_turn("cancel it")
+    return runner, ctx
+
+
+async def test_after_termination_explain_shows_no_active_step_and_every_tool_refused() -> None:
+    async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
+        runner, _ = await terminated(session)
+        await session.user_turn("bye")
+        why = runner.explain()
+        assert why.terminated == "cancel"
+        assert why.active == ()
+        assert why.allowed_tools == ()
+        assert set(why.blocked_tools) >= set(TOOLS)
+        assert all("digression 'cancel' terminated it" in r for r in why.blocked_tools.values())
+        assert "terminated by digression 'cancel'" in str(why)
+        assert runner.admit("transfer").allowed is False
+
+
+async def test_in_observe_mode_a_tool_called_after_the_end_is_recorded_as_a_violation() -> None:
+    async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
+        runner, _ = await terminated(session, enforcement="observe")
+        admission = runner.admit("book_table")
+        assert admission.allowed and admission.violation
+        (violation,) = runner.main.violations
+        assert violation.tool == "book_table"
+        assert "terminated" in violation.reason
+
+
+async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
+    ended: list[str] = []
+
+    def hang_up(sender: Any, flow: str) -> None:
+        ended.append(flow)
+
+    signals.flow_over.connect(hang_up)
+    try:
+        async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
+            runner, goodbye = await terminated(session)
+            assert runner.is_terminated  # already true on the goodbye turn ...
+            assert not runner.is_over  # ... but the goodbye has not reached the model
+            assert session.state.get(OVER_KEY) is False
+            assert goodbye.postures == ("Say goodbye.",)
+            goodbye.handed_over()
+            assert runner.is_over
+            assert session.state.get(OVER_KEY) is True
+            assert ended == ["booking"]
+    finally:
+        signals.flow_over.disconnect(hang_up)
+
+
+async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(booking())
+        state.update({"b:size": 2, "b:booked": True})
+        assert runner.is_complete and not runner.is_over
+        closing = session.context_now()
+        assert closing.postures == ("Thank them and say goodbye.",)
+        closing.dropped()  # the caller talked over it: not over yet
+        assert not runner.is_over
+        session.context_now().handed_over()
+        assert runner.is_over
+        assert state.get("flow:booking:over") is True
+
+
+async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(stack())
+        state.update({"b:size": 2, "b:booked": True})
+        await session.user_turn("thanks")
+        assert runner.is_complete and not runner.is_over
+        await session.user_turn("bye")  # the last context was used
+        assert runner.is_over
+        assert state.get(OVER_KEY) is True
