@@ -68,7 +68,8 @@ async def test_in_observe_mode_a_tool_called_after_the_end_is_recorded_as_a_viol
     async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
         runner, _ = await terminated(session, enforcement="observe")
         admission = runner.admit("book_table")
-        assert admission.allowed and admission.violation
+        assert admission.allowed
+        assert admission.violation
         (violation,) = runner.main.violations
         assert violation.tool == "book_table"
         assert "terminated" in violation.reason
@@ -101,7 +102,8 @@ async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> 
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(booking())
         state.update({"b:size": 2, "b:booked": True})
-        assert runner.is_complete and not runner.is_over
+        assert runner.is_complete
+        assert not runner.is_over
         closing = session.context_now()
         assert closing.postures == ("Thank them and say goodbye.",)
         closing.dropped()  # the caller talked over it: not over yet
@@ -117,7 +119,8 @@ async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words
         runner = session.run_flow(stack())
         state.update({"b:size": 2, "b:booked": True})
         await session.user_turn("thanks")
-        assert runner.is_complete and not runner.is_over
+        assert runner.is_complete
+        assert not runner.is_over
         await session.user_turn("bye")  # the last context was used
         assert runner.is_over
         assert state.get(OVER_KEY) is True

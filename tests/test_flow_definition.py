@@ -1395,3 +1395,21 @@ def test_ground_keys_text_and_equality() -> None:
 def test_ground_syntax_errors(text: str) -> None:
     with pytest.raises(TemplateError, match="template syntax error"):
         Ground(text)
+
+
+def test_a_cycle_does_not_hide_the_other_problems_compile_finds() -> None:
+    flow = Flow(
+        "looped",
+        [
+            Step("a", after="b", done=is_set("x")),
+            Step("b", after="a", done=is_set("y"), allow=["bok_table"]),
+            Step("c", done=is_set("z")),
+        ],
+        [never("transfer").until(~always())],
+    )
+    with pytest.raises(FlowDefinitionError) as info:
+        flow.compile(["book_table", "transfer"])
+    text = str(info.value)
+    assert "after edges form a cycle" in text
+    assert "tool 'bok_table' is not among the session's tools" in text
+    assert "never('transfer')" in text

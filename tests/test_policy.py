@@ -655,3 +655,18 @@ def test_every_violation_inside_a_transaction_writes_nothing(
     assert committed_view(state) == before
     assert rec.calls == []
     assert rec.signals == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [{"read_only": True}, {"secret": True}, {"writers": ["x"]}, {"max_bytes": 10}],
+    ids=["read_only", "secret", "writers", "max_bytes"],
+)
+def test_a_rule_that_names_no_key_is_refused_instead_of_doing_nothing(rule: dict[str, Any]) -> None:
+    from slateflow.errors import UsageError
+
+    state = State()
+    with pytest.raises(UsageError, match="names no key"):
+        state.policy(**rule)
+    state.set("booking:date", "Saturday")  # nothing was governed
+    state.policy(max_keys=100)  # a limit of the whole State needs no key

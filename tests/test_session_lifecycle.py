@@ -320,3 +320,16 @@ def test_a_sync_function_given_to_fetch_is_refused_when_the_resolver_is_built() 
     Resolver.function("tables", lookup)  # the way for sync code
     Resolver.fetch("tables", _answer(1))
     Resolver.fetch("tables", lambda state: _answer(1)(state))  # returns an awaitable: fine
+
+
+async def test_a_resumed_call_keeps_counting_its_turns() -> None:
+    store = MemoryStore()
+    async with Session(State(store=store), clock=ManualClock()) as first:
+        await first.user_turn("hello")
+        await first.user_turn("four people")
+        crashed = store.copy()
+    state = State(store=crashed)
+    async with Session(state, clock=ManualClock()) as second:
+        ctx = await second.user_turn("are you still there?")
+        assert ctx.turn.number == 3
+        assert state.get("session:turn") == 3

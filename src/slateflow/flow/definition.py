@@ -253,8 +253,9 @@ class Flow:
             tools = [tools]
         registry = None if tools is None else frozenset(tools)
         problems = self._problems()
-        if not problems:
-            problems.extend(self._plan_problems())
+        # Every problem is reported at once, whatever else is wrong (a cycle must not hide a
+        # misspelt tool or an unreachable step elsewhere).
+        problems.extend(p for p in self._plan_problems() if p not in problems)
         for c in self.constraints:
             if isinstance(c, Commit) and always_true(c.until):
                 problems.append(
@@ -276,17 +277,28 @@ class Flow:
 
     def _plan_problems(self) -> list[str]:
         problems: list[str] = []
-        deps: dict[str, list[str]] = {s.id: [e.step for e in s.after] for s in self.steps}
+        known = {s.id for s in self.steps}
+        # Edges to unknown steps are reported by _problems; the plan is judged without them.
+        deps: dict[str, list[str]] = {
+            s.id: [e.step for e in s.after if e.step in known] for s in self.steps
+        }
         for c in self.constraints:
-            if isinstance(c, Before):
+            if isinstance(c, Before) and c.then in known and c.first in known:
                 deps[c.then].append(c.first)
+        for c in self.constraints:
+            if isinstance(c, Never | Commit) and never_true(c.until):
+                problems.append(
+                    f"{_label(c)} waits for a guard that can never hold, so {c.tool!r} could "
+                    "never be called"
+                )
         cycle = _find_cycle(deps)
         if cycle:
-            problems.append(
-                "after edges and before() constraints form an ordering cycle: "
-                + " -> ".join(cycle)
-                + "; no step on it can ever start"
-            )
+            if _find_cycle({s.id: [e.step for e in s.after] for s in self.steps}) is None:
+                problems.append(  # an after-edge cycle alone is reported by _problems
+                    "after edges and before() constraints form an ordering cycle: "
+                    + " -> ".join(cycle)
+                    + "; no step on it can ever start"
+                )
             return problems
         # A step is reachable when its gate can hold, the before() constraints naming it are
         # met, and enough of its edges (all, or any one, per join) can be taken: each from a
@@ -302,14 +314,19 @@ class Flow:
         while ready:
             sid = ready.pop()
             s = by_id[sid]
+            edges = [e for e in s.after if e.step in known]
             open_ = [
-                e.step in reached and (e.when is None or not never_true(e.when)) for e in s.after
+                e.step in reached and (e.when is None or not never_true(e.when)) for e in edges
             ]
-            firsts = [c.first for c in self.constraints if isinstance(c, Before) and c.then == sid]
+            firsts = [
+                c.first
+                for c in self.constraints
+                if isinstance(c, Before) and c.then == sid and c.first in known
+            ]
             if (
                 (s.gate is None or not never_true(s.gate))
                 and all(f in reached for f in firsts)
-                and (not s.after or (all(open_) if s.join == "all" else any(open_)))
+                and (not edges or (all(open_) if s.join == "all" else any(open_)))
             ):
                 reached.add(sid)
             for nxt in dependents[sid]:
@@ -321,12 +338,6 @@ class Flow:
                 problems.append(
                     f"step {s.id!r} is unreachable: its gate, or the edges and before() "
                     "constraints leading to it, can never all be satisfied"
-                )
-        for c in self.constraints:
-            if isinstance(c, Never | Commit) and never_true(c.until):
-                problems.append(
-                    f"{_label(c)} waits for a guard that can never hold, so {c.tool!r} could "
-                    "never be called"
                 )
         return problems
 

@@ -98,6 +98,7 @@ class Dialog:
         self._pending: Handover | None = None
         self._timing: Any = None
         self._waiting: list[anyio.Event] = []
+        self._base = 0  # the turns a recovered call had before this session
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -105,6 +106,9 @@ class Dialog:
         """Called as the session opens: results a previous process never handed over wait."""
         # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
         self.lock = anyio.Lock(fast_acquire=True)
+        # A recovered (durable) State remembers how many turns the call had: keep counting.
+        before = self.state.get("session:turn")
+        self._base = before if type(before) is int and before > 0 else 0
         self._recover()
 
     def _live(self) -> list[Governor]:
@@ -118,7 +122,7 @@ class Dialog:
         for turn in reversed(self.transcript):
             if turn.speaker == "user":
                 return turn.number
-        return 0
+        return self._base
 
     # -- turns -------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from ..errors import (
     SchemaError,
     StateValueError,
     StoreCorruptError,
+    UsageError,
     VersionConflictError,
 )
 from ..stores.base import Durability, Store
@@ -1240,6 +1241,22 @@ class State:
         its keys; ``state.policy("user:card", secret=True)`` masks a value wherever the state is
         shown. Rules govern later writes; existing values are not re-checked.
         """
+        if pattern is None and (read_only or sources or writers or max_bytes or secret):
+            given = [
+                name
+                for name, value in (
+                    ("read_only", read_only),
+                    ("sources", sources),
+                    ("writers", writers),
+                    ("max_bytes", max_bytes),
+                    ("secret", secret),
+                )
+                if value
+            ]
+            raise UsageError(
+                f"policy({', '.join(f'{g}=...' for g in given)}) names no key: give the key or "
+                "pattern it governs, e.g. state.policy('booking:*', read_only=True)"
+            )
         with self._lock:
             if max_keys is not None:
                 self._policy.max_keys = max_keys
