@@ -783,7 +783,10 @@ def _dup_in_builder() -> Any:
         ),
         pytest.param(
             lambda: FlowStack(side("x")).digression(
-                "d", when=is_true("a"), flow=side("y"), resume="sideways"  # type: ignore[arg-type]
+                "d",
+                when=is_true("a"),
+                flow=side("y"),
+                resume="sideways",  # type: ignore[arg-type]
             ),
             "resume must be one of",
             id="bad-resume-builder",
@@ -835,9 +838,7 @@ async def test_reprompt_after_n_turns_stuck(after: int) -> None:
             ctx = await session.user_turn("um")
             seen.append((state.get(reprompt_key("ask")), ctx.reprompts))
         # The key is written when it first rises (absent before).
-        want = [
-            (True, (DEFAULT_REPROMPT,)) if n >= after else (None, ()) for n in range(1, 5)
-        ]
+        want = [(True, (DEFAULT_REPROMPT,)) if n >= after else (None, ()) for n in range(1, 5)]
         assert seen == want
         assert not state.contains(escalate_key("ask"))
         assert runner.active_steps == ["ask"]

@@ -206,9 +206,7 @@ async def test_local_executor_turns_answers_into_outcomes() -> None:
     assert d.error == "ZeroDivisionError: division by zero"
     assert e.error is not None
     assert e.error.startswith("agent 'odd' answered object, not JSON")
-    assert f.error == (
-        "no agent named 'ghost' (known: boom, count, echo, judge, odd); register it"
-    )
+    assert f.error == ("no agent named 'ghost' (known: boom, count, echo, judge, odd); register it")
     assert ex.concurrency_hint == 3
     with pytest.raises(OrchestrationError, match="concurrency"):
         LocalExecutor({}, concurrency=-1)

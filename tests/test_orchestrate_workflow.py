@@ -32,6 +32,7 @@ from slateflow.orchestrate.events import (
     DowngradeModel,
     HaltWorkflow,
     LoopDetected,
+    RequestIncrease,
 )
 from slateflow.testing import ScriptedLLM
 
@@ -254,3 +255,71 @@ def test_builder_errors() -> None:
         builder.with_id("")
     with pytest.raises(OrchestrationError, match="not among"):
         SwappableLLM({}, "big")
+
+
+def _ask_for_more(event: Any) -> BudgetDecision | None:
+    if isinstance(event, BudgetWarning):
+        return BudgetDecision(RequestIncrease(amount="2.00"))
+    return None
+
+
+async def run_costly(wf: Workflow, budget: WorkflowBudget) -> None:
+    await wf.parallel([AgentStepSpec(task_id="s1", agent="worker")])
+
+
+def costly_executor(budget: WorkflowBudget) -> LocalExecutor:
+    def work(spec: AgentStepSpec) -> str:
+        budget.record(cost="0.90")
+        return "done"
+
+    return LocalExecutor({"worker": work}, concurrency=1)
+
+
+async def test_an_approved_budget_increase_raises_the_cost_limit() -> None:
+    budget = WorkflowBudget(limit_cost="1.00", workflow="w")
+    asked: list[Any] = []
+    wf = (
+        Workflow.builder(costly_executor(budget))
+        .with_budget(budget)
+        .with_policy(_ask_for_more)
+        .approve_increase(lambda amount: asked.append(amount) or True)
+        .build()
+    )
+    await run_costly(wf, budget)
+    assert [str(a) for a in asked] == ["2.00"]
+    assert str(budget.limit_cost) == "3.00"
+    assert any("approved" in getattr(e, "message", "") for e in wf.history)
+
+
+@pytest.mark.parametrize("approver", [None, lambda amount: False], ids=["none", "declined"])
+async def test_a_budget_increase_without_approval_is_refused_with_the_reason(
+    approver: Any,
+) -> None:
+    budget = WorkflowBudget(limit_cost="1.00", workflow="w")
+    builder = Workflow.builder(costly_executor(budget)).with_budget(budget)
+    builder = builder.with_policy(_ask_for_more)
+    if approver is not None:
+        builder = builder.approve_increase(approver)
+    wf = builder.build()
+    await run_costly(wf, budget)
+    assert str(budget.limit_cost) == "1.00"
+    (note,) = [e.message for e in wf.history if "refused" in getattr(e, "message", "")]
+    assert note.startswith("budget increase of 2.00 refused: ")
+    assert ("no approver" in note) is (approver is None)
+
+
+async def test_a_pipeline_stage_that_raises_ends_only_its_own_chain() -> None:
+    wf = Workflow.builder(reviewers()).build()
+
+    def stage(prev: StepOutcome | None, item: str) -> AgentStepSpec | None:
+        if item == "bad":
+            raise ValueError("cannot build a step for this one")
+        return AgentStepSpec(task_id=f"{item}_review", agent="reviewer", input=item)
+
+    chains = await wf.pipeline(["a", "bad", "c_with_sources"], [stage])
+    assert [o.success for o in chains[0]] == [True]
+    (failed,) = chains[1]
+    assert not failed.success
+    assert failed.task_id == "pipeline:1:0"
+    assert "ValueError: cannot build a step for this one" in (failed.error or "")
+    assert chains[2][0].structured == {"approved": True}

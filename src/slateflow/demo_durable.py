@@ -76,10 +76,7 @@ async def _call(state: State, path: str, out: Out) -> None:
         status = state.entry("availability:status")
         if status is not None:
             reason = (status.provenance.meta or {}).get("reason")
-            out(
-                f"  availability:status = {status.value!r}"
-                + (f" ({reason})" if reason else "")
-            )
+            out(f"  availability:status = {status.value!r}" + (f" ({reason})" if reason else ""))
     else:
         out(f"A new call, recorded in {path} (durability='batch').")
 

@@ -53,8 +53,8 @@ class VoiceTiming(BaseModel):
         if other.interruptible is False or self.interruptible is False:
             interruptible: bool | None = False
         else:
-            interruptible = self.interruptible if self.interruptible is not None else (
-                other.interruptible
+            interruptible = (
+                self.interruptible if self.interruptible is not None else (other.interruptible)
             )
         return VoiceTiming(
             reprompt_after_ms=_least(self.reprompt_after_ms, other.reprompt_after_ms),

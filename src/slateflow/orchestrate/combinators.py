@@ -47,8 +47,7 @@ def _limit(executor: AgentExecutor) -> anyio.CapacityLimiter:
     hint = getattr(executor, "concurrency_hint", 1)
     if type(hint) is not int or hint < 0:
         raise OrchestrationError(
-            f"{type(executor).__name__}.concurrency_hint must be a whole number >= 0, "
-            f"got {hint!r}"
+            f"{type(executor).__name__}.concurrency_hint must be a whole number >= 0, got {hint!r}"
         )
     return anyio.CapacityLimiter(max(hint, 1))
 
@@ -192,8 +191,10 @@ async def execute_pipeline(
     """Run each item through ``stages`` as its own chain, all chains at once (no barrier
     between stages: one item's second stage may run before another's first).
 
-    A stage returning None, or a failed step, ends that item's chain. Returns each item's
-    outcomes, in item order.
+    A stage returning None, or a failed step, ends that item's chain. A stage function that
+    raises ends only its own chain, with a failed outcome saying why (``task_id``
+    ``"pipeline:<item>:<stage>"``); the other chains go on. Returns each item's outcomes, in
+    item order.
     """
     stages = list(stages)
     if not stages:
@@ -210,7 +211,19 @@ async def execute_pipeline(
     async def chain(i: int, item: Any) -> None:
         previous: StepOutcome | None = None
         for n, stage in enumerate(stages):
-            spec = await _call(stage, previous, item)
+            try:
+                spec = await _call(stage, previous, item)
+            except Exception as exc:
+                name = getattr(stage, "__name__", f"stage {n}")
+                chains[i].append(
+                    StepOutcome(
+                        task_id=f"pipeline:{i}:{n}",
+                        agent=str(name),
+                        success=False,
+                        error=f"stages[{n}] ({name}) raised {type(exc).__name__}: {exc}",
+                    )
+                )
+                return
             if spec is None:
                 return
             if not isinstance(spec, AgentStepSpec):

@@ -135,13 +135,13 @@ class BudgetDecision(RootModel[_DecisionKind]):
                 )
             return _UNIT[data]()
         if isinstance(data, dict) and len(data) == 1:
-            (tag, body), = data.items()
+            ((tag, body),) = data.items()
             if tag in _DATA:
                 return _DATA[tag].model_validate(body)
             if tag in _UNIT and body in (None, {}):
                 return _UNIT[tag]()
         raise ValueError(
-            f"a budget decision is \"continue\", \"halt_workflow\", or an object with one key "
+            f'a budget decision is "continue", "halt_workflow", or an object with one key '
             f"of {sorted(_DATA)}; got {data!r}"
         )
 

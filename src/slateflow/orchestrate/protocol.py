@@ -82,9 +82,7 @@ class LocalOrchestrator:
     ``async for signal in orchestrator.signals(workflow_id)``.
     """
 
-    def __init__(
-        self, agents: Mapping[str, Callable[[Any], Any]], *, concurrency: int = 8
-    ) -> None:
+    def __init__(self, agents: Mapping[str, Callable[[Any], Any]], *, concurrency: int = 8) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise OrchestrationError(
                 f"LocalOrchestrator: concurrency must be a whole number >= 1, got {concurrency!r}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -39,6 +40,7 @@ from .events import (
     DowngradeModel,
     HaltWorkflow,
     LoopDetected,
+    RequestIncrease,
     StepLimitReached,
     TimeoutReached,
 )
@@ -180,8 +182,11 @@ class Workflow:
         state: State | None = None,
         policy: BudgetPolicy = default_policy,
         llm: SwappableLLM | None = None,
+        approve_increase: Callable[[Decimal], bool] | None = None,
     ) -> None:
         self.executor = executor
+        self.approve_increase = approve_increase
+        """Decides a ``request_increase`` (the amount in): True raises ``limit_cost`` by it."""
         self.id = id
         self.budget = budget
         self.state = state
@@ -256,6 +261,29 @@ class Workflow:
                 log.warning("workflow %r: downgrade_model with no SwappableLLM", self.id)
             else:
                 self.llm.swap(action.to)
+        elif isinstance(action, RequestIncrease):
+            self._increase(action.amount)
+
+    def _increase(self, amount: Decimal) -> None:
+        """Act on a ``request_increase``: the approver raises the cost cap, or it is refused
+        with the reason (a milestone either way)."""
+        budget = self.budget
+        why = ""
+        if budget is None or budget.limit_cost is None:
+            why = "the budget has no cost limit to raise"
+        elif self.approve_increase is None:
+            why = "no approver (WorkflowBuilder.approve_increase)"
+        else:
+            try:
+                approved = bool(self.approve_increase(amount))
+            except Exception as exc:  # an approver that fails refuses
+                approved, why = False, f"the approver raised {type(exc).__name__}: {exc}"
+            if approved:
+                budget.limit_cost = budget.limit_cost + amount
+                self.log(f"budget increase of {amount} approved: limit_cost {budget.limit_cost}")
+                return
+            why = why or "the approver declined"
+        self.log(f"budget increase of {amount} refused: {why}")
 
     def halt(self, reason: str = "halted") -> None:
         """Cancel the running steps (their outcomes: failed, "cancelled") and refuse the rest."""
@@ -396,6 +424,15 @@ class WorkflowBuilder:
         if not isinstance(llm, SwappableLLM):
             raise OrchestrationError(f"with_llm takes a SwappableLLM, got {llm!r}")
         self._options["llm"] = llm
+        return self
+
+    def approve_increase(self, approver: Callable[[Decimal], bool]) -> WorkflowBuilder:
+        """Decide ``request_increase`` decisions with ``approver(amount)``: True raises the
+        budget's ``limit_cost`` by the amount; False (or without an approver) refuses it, with
+        the reason in the milestones."""
+        if not callable(approver):
+            raise OrchestrationError("approve_increase takes a callable from amount to bool")
+        self._options["approve_increase"] = approver
         return self
 
     def build(self) -> Workflow:

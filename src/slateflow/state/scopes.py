@@ -113,7 +113,8 @@ class ReadOnlyView(ScopedView):
             target = f"the {self.prefix!r} scope"
         raise ReadOnlyError(
             f"cannot write {target}: the {self.prefix!r} scope is read-only through this view; "
-            "its values are computed, so write the inputs they are derived from instead"
+            "its values are computed by state.derive(...), so write the inputs they are "
+            "derived from instead"
         )
 
     def set(self, key: str, value: Any, **kwargs: Any) -> int:

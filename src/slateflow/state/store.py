@@ -34,6 +34,7 @@ from . import snapshots, waits
 from .actors import Actor
 from .chains import MAX_CHAIN, in_chain
 from .chains import depth as chain_depth
+from .derived import Derived
 from .journal import JournalSink, Ring
 from .keys import META_PREFIX, Key, check_key, result_key
 from .keys import key_list as _key_list
@@ -1595,8 +1596,17 @@ class State:
 
     @cached_property
     def derived(self) -> ReadOnlyView:
-        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError)."""
+        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError):
+        values :meth:`derive` computes."""
         return ReadOnlyView(self, "derived")
+
+    def derive(
+        self, name: str, fn: Callable[[State], Any], *, reads: Iterable[str | Key[Any]]
+    ) -> Derived:
+        """Compute ``derived:<name>`` as ``fn(state)`` now and whenever a key in ``reads``
+        changes; its provenance (source ``"derived"``, writer ``name``) records the versions of
+        the inputs it was computed from. Returns the handle (``close()`` stops it)."""
+        return Derived(self, name, fn, reads)
 
 
 def provenance(state: State, key: str | Key[Any]) -> str | None:
