@@ -104,5 +104,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:<52}{seconds * 1e6:>7.1f} us   {target}")
     print("peer on the same job (from the issue): LangGraph Send ~280 us per branch")
 
+
 if __name__ == "__main__":
     main()

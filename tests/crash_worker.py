@@ -248,3 +248,58 @@ def crash_and_resume(
         "killed mid-flow": int(killed and len(finished) < len(RESOLVED)),
         "resolvers run twice": sum(n == 2 for n in ran.values()),
     }
+
+
+# -- the batch-loss window: a CPU-bound writer killed mid-stream --------------------------------
+
+_SLOTS = 1 << 20  # acknowledgement times of up to a million writes (8 MB, shared by mmap)
+
+
+def tight_writer(db: str, acks: str, kill_after: float) -> None:
+    """Write ``n`` = 1, 2, 3 ... as fast as one thread can under ``durability="batch"``, noting
+    when each ``set`` returned (slot n of the mmapped ``acks``, ``CLOCK_MONOTONIC`` ns); slot 0
+    takes the time of the SIGKILL this process sends itself ``kill_after`` seconds in."""
+    import mmap
+
+    fd = os.open(acks, os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 8 * _SLOTS)
+    slots = memoryview(mmap.mmap(fd, 8 * _SLOTS)).cast("q")
+
+    def kill() -> None:
+        slots[0] = time.monotonic_ns()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    state = State.open(db)
+    timer = threading.Timer(kill_after, kill)
+    timer.daemon = True
+    timer.start()
+    clock = time.monotonic_ns
+    for n in range(1, _SLOTS):
+        state.set("n", n)
+        slots[n] = clock()
+    raise SystemExit(3)  # not killed: kill_after was too long
+
+
+def loss_window(where: Path, kill_after: float) -> tuple[float, int]:
+    """Kill a tight writer ``kill_after`` seconds in; return how long before the kill the oldest
+    acknowledged-but-lost write was acknowledged (ms, 0 if none was lost) and how many were."""
+    import array
+
+    db, acks = where / "tight.db", where / "tight.acks"
+    worker = _ctx.Process(target=tight_writer, args=(str(db), str(acks), kill_after))
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == -signal.SIGKILL, f"the tight writer exited with {worker.exitcode}"
+    slots = array.array("q")
+    slots.frombytes(acks.read_bytes())
+    killed_at = slots[0]
+    acked = next((n - 1 for n in range(1, len(slots)) if slots[n] == 0), len(slots) - 1)
+    state = State.open(db)
+    try:
+        durable = state.get("n") or 0
+    finally:
+        state.close()
+    assert durable <= acked + 1, f"the file holds n={durable}, beyond what was written"
+    if durable >= acked:
+        return 0.0, 0
+    return (killed_at - slots[durable + 1]) / 1e6, acked - durable

@@ -14,7 +14,7 @@ Durability: TypeAlias = Literal["memory", "batch", "sync"]
 
 ``"memory"``: nowhere (a process exit loses it). ``"batch"``: queued for a background writer that
 commits groups of batches to disk within a few milliseconds (a crash of the process loses at most
-those queued commits). ``"sync"``: the commit's transaction is on disk (fsynced).
+those queued commits, a bounded backlog). ``"sync"``: the commit's transaction is on disk (fsynced).
 """
 
 

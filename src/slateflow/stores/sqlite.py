@@ -78,9 +78,13 @@ class SQLiteStore:
 
     ``durability="batch"`` (the default): ``set`` returns at once and a background thread commits
     what has queued up as one transaction at most ``max_delay`` seconds later (group commit; the
-    WAL is synced at checkpoints, ``synchronous=NORMAL``). A killed process loses only the
-    commits still queued; a power cut may also lose the last transactions the disk had not
-    synced. Either way the file is never left with half a batch. ``durability="sync"``: ``set``
+    WAL is synced at checkpoints, ``synchronous=NORMAL``). The backlog is bounded: once the
+    oldest queued commit is ``max_lag`` seconds old, or ``max_queue`` commits wait, the next
+    ``set`` waits for the writer to catch up (a writer looping on the CPU would otherwise starve
+    the writer thread, and a crash would lose everything it queued). A killed process loses
+    only the commits still queued, those acknowledged in about the last ``max_lag`` seconds; a
+    power cut may also lose the last transactions the disk had not synced. Either way the file
+    is never left with half a batch. ``durability="sync"``: ``set``
     returns once its commit is on disk (``synchronous=FULL``); writers in several threads share
     one fsync. ``state.flush()`` waits for everything queued, at either level.
 
@@ -98,6 +102,8 @@ class SQLiteStore:
         *,
         durability: Durability = "batch",
         max_delay: float = 0.002,
+        max_lag: float = 0.010,
+        max_queue: int = 10_000,
         readonly: bool = False,
     ) -> None:
         if durability not in ("batch", "sync"):
@@ -107,12 +113,23 @@ class SQLiteStore:
             )
         if not (type(max_delay) in (int, float) and 0 <= max_delay <= 1):
             raise StoreError(f"max_delay must be between 0 and 1 second, got {max_delay!r}")
+        if not (type(max_lag) in (int, float) and max_delay <= max_lag <= 10):
+            raise StoreError(
+                f"max_lag must be between max_delay ({max_delay!r}) and 10 seconds, got {max_lag!r}"
+            )
+        if not (type(max_queue) is int and max_queue >= 1):
+            raise StoreError(f"max_queue must be a positive int, got {max_queue!r}")
         self.path = Path(path)
         self.readonly = readonly
         self.durability: Durability = durability
         self.max_delay = float(max_delay) if durability == "batch" else 0.0
         self.error: Exception | None = None
         self._queue: deque[_Encoded | _Compact] = deque()
+        self._max_lag_ns = int(max_lag * 1e9)
+        self._max_queue = max_queue
+        # No commit in the queue is older than this (monotonic ns): reset by append when the
+        # queue is empty and by the writer as it drains, so it only ever errs on the old side.
+        self._since = 0
         self._wake = threading.Event()
         # Set by a caller waiting for durability (flush, sync): the writer stops lingering.
         self._hurry = threading.Event()
@@ -365,12 +382,28 @@ class SQLiteStore:
                 f"the value of {key!r} cannot be stored in {str(self.path)!r} ({why}); store "
                 "it as a string, or keep it out of the durable state"
             ) from None
-        self._queue.append((seq, at_ns, origin, text))
+        queue = self._queue
+        if queue:
+            if (
+                time.monotonic_ns() - self._since > self._max_lag_ns
+                or len(queue) >= self._max_queue
+            ):
+                self._catch_up()
+                self._since = time.monotonic_ns()
+        else:
+            self._since = time.monotonic_ns()
+        queue.append((seq, at_ns, origin, text))
         self._appended = seq
         if self._writer is None:
             self._start_writer()
         if not self._wake.is_set():
             self._wake.set()
+
+    def _catch_up(self) -> None:
+        """Wait until the writer has written the backlog (the bound on what a crash can lose)."""
+        if self._writer is None:  # compact() queued alone; nothing of ours is waiting
+            self._start_writer()
+        self.sync(self._appended)
 
     def _start_writer(self) -> None:
         self._writer = threading.Thread(
@@ -393,6 +426,7 @@ class SQLiteStore:
                     return
                 continue
             items: list[_Encoded | _Compact] = []
+            self._since = time.monotonic_ns()
             while queue:
                 items.append(queue.popleft())
             try:
