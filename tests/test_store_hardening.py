@@ -4,6 +4,7 @@ behind the store's back, and records flipped or edited on disk."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -142,3 +143,111 @@ def test_a_closed_store_still_refuses_writes_after_backpressure(
         state.set("n", 99)
     with State.open(tmp_path / "s.db") as again:
         assert again.get("n") == 49
+
+
+# -- one writer per file, whatever its name ----------------------------------------------------
+
+
+def test_a_second_writer_through_a_symlink_is_refused(tmp_path: Path, opened: list[State]) -> None:
+    path = tmp_path / "s.db"
+    first = durable(path, opened)
+    first.set("a", 1)
+    link = tmp_path / "link.db"
+    link.symlink_to(path)
+    with pytest.raises(StoreError, match=rf"link\.db.* open for writing .*process {os.getpid()}"):
+        State.open(link)
+    first.set("a", 2)  # the first writer is unaffected
+    first.flush()
+    first.close()
+    with State.open(link) as again:  # closed: the file is free through any name
+        assert again.get("a") == 2
+
+
+def test_a_second_writer_through_another_spelling_is_refused(
+    tmp_path: Path, opened: list[State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sub").mkdir()
+    first = durable(tmp_path / "s.db", opened)
+    monkeypatch.chdir(tmp_path / "sub")
+    with pytest.raises(StoreError, match="open for writing"):
+        State.open(Path("..") / "s.db")
+    first.set("a", 1)  # a chdir does not make the open file look moved
+    first.flush()
+
+
+def test_a_second_writer_through_a_hard_link_is_told_about_the_links(
+    tmp_path: Path, opened: list[State]
+) -> None:
+    path = tmp_path / "s.db"
+    first = durable(path, opened)
+    first.set("a", 1)
+    first.flush()
+    os.link(path, tmp_path / "hard.db")
+    with pytest.raises(StoreError, match=r"hard\.db.*2 names \(hard links\)") as info:
+        State.open(tmp_path / "hard.db")
+    assert "damaged" not in str(info.value)
+    first.set("a", 2)
+    first.flush()
+    first.close()
+    with State.open(tmp_path / "hard.db") as again:
+        assert again.get("a") == 2
+
+
+def test_a_refused_second_writer_leaves_no_lock_file_behind(
+    tmp_path: Path, opened: list[State]
+) -> None:
+    path = tmp_path / "s.db"
+    first = durable(path, opened)
+    first.set("a", 1)
+    with pytest.raises(StoreError):
+        State.open(path)
+    first.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
+
+
+# -- a file deleted or moved while open ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+@pytest.mark.parametrize("durability", ["batch", "sync"])
+def test_a_file_deleted_or_moved_while_open_fails_the_next_write(
+    tmp_path: Path, opened: list[State], how: str, durability: str
+) -> None:
+    path = tmp_path / "s.db"
+    state = durable(path, opened, durability=durability)
+    state.set("a", 1)
+    state.flush()
+    if how == "deleted":
+        path.unlink()
+    elif how == "moved":
+        path.rename(tmp_path / "rotated.db")
+    else:
+        path.rename(tmp_path / "rotated.db")
+        with State.open(path) as other:  # a new file under the old name
+            other.set("other", True)
+    # Under "batch" the set is queued and its flush finds out; under "sync" the set itself.
+    with pytest.raises(StoreError, match=r"s\.db.* deleted or moved while open"):  # noqa: PT012
+        state.set("a", 2)
+        state.flush()
+    with pytest.raises(StoreError, match="deleted or moved"):
+        state.set("b", 3)  # refused: nothing more is applied
+    assert state.get("b") is None
+    with contextlib.suppress(StoreError):
+        state.close()
+    if how == "moved":
+        # The -wal stayed under the old name; the store folded it into the moved file.
+        with State.open(tmp_path / "rotated.db") as moved:
+            assert moved.get("a") == 1
+
+
+def test_a_checkpoint_save_into_a_moved_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    try:
+        store.save_checkpoint("w", "{}")
+        path.rename(tmp_path / "moved.db")
+        with pytest.raises(StoreError, match="deleted or moved while open"):
+            store.save_checkpoint("w", "{}")
+    finally:
+        with contextlib.suppress(StoreError):
+            store.close()

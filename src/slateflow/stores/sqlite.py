@@ -13,13 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock
-    fcntl = None  # type: ignore[assignment]
-
 from ..errors import StateValueError, StoreClosedError, StoreCorruptError, StoreError
 from .base import Durability
+from .filelock import FileLock
 from .records import (
     CommitRow,
     EntryRow,
@@ -88,11 +84,13 @@ class SQLiteStore:
     returns once its commit is on disk (``synchronous=FULL``); writers in several threads share
     one fsync. ``state.flush()`` waits for everything queued, at either level.
 
-    One State writes a file at a time: the store holds an exclusive lock on ``<path>-lock``
-    (``flock``; where the OS has none, a second writer is caught when its commits collide), so a
-    second writer, in this process or another, is refused at open. The lock goes with the
-    process, however it ends. ``readonly=True`` opens without the lock and without writing
-    anything (what ``slateflow replay`` does; it may read a file another process is writing).
+    One State writes a file at a time: the store holds an exclusive ``flock`` on the file itself
+    (where the OS has none, a second writer is caught when its commits collide), so a second
+    writer, in this process or another, through any name of the file (a symlink, a hard link),
+    is refused at open. The lock goes with the process, however it ends. A file deleted or
+    moved while open is noticed at the next write: the store fails with ``StoreError``.
+    ``readonly=True`` opens without the lock and without writing anything (what ``slateflow
+    replay`` does; it may read a file another process is writing).
     Open it through ``State.open(path)``. Workflow checkpoints live in the same file.
     """
 
@@ -139,7 +137,7 @@ class SQLiteStore:
         self._closing = False
         self._writer: threading.Thread | None = None
         self._lock = threading.Lock()  # guards the side connection (reads, checkpoints)
-        self._owner: int | None = None  # the fd holding the writer's lock
+        self._owner = FileLock(self.path)  # one writer per file, on the file's inode
         self._side: sqlite3.Connection | None = None
         self._conn = self._connect(create=True)
 
@@ -190,47 +188,10 @@ class SQLiteStore:
         return conn
 
     def _take_lock(self) -> None:
-        if fcntl is None:  # no flock here: a second writer is caught when commits collide
-            return
-        lock = self._lock_path()
-        while True:
-            try:
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise StoreError(f"cannot lock store {str(self.path)!r}: {exc}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise StoreError(
-                    f"store {str(self.path)!r} is open for writing by another State (process "
-                    f"{holder}); one writer per file: close that one first, read this one "
-                    "with slateflow replay, or open a copy"
-                ) from None
-            # A closing owner unlinks the lock file while it still holds it: if that happened
-            # between our open and our flock, we hold a lock on a file nobody else will see.
-            try:
-                if os.path.samestat(os.fstat(fd), os.stat(lock)):
-                    break
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode("ascii"))
-        self._owner = fd
-
-    def _lock_path(self) -> Path:
-        return Path(f"{self.path}-lock")
+        self._owner.acquire()
 
     def _release_lock(self) -> None:
-        fd, self._owner = self._owner, None
-        if fd is not None:
-            # Unlinked while still held (see _take_lock), so the store leaves no file behind;
-            # closing the descriptor then releases the flock.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._lock_path())
-            os.close(fd)
+        self._owner.release()
 
     def _check_header(self) -> None:
         # SQLite takes a file shorter than its header for an empty database and would write
@@ -430,6 +391,7 @@ class SQLiteStore:
             while queue:
                 items.append(queue.popleft())
             try:
+                self._check_in_place(conn)
                 self._write(conn, items)
             except Exception as exc:
                 self._fail(exc)
@@ -444,6 +406,16 @@ class SQLiteStore:
                     item.written.set()
             if self._closing and not queue:
                 return
+
+    def _check_in_place(self, conn: sqlite3.Connection) -> None:
+        try:
+            self._owner.check_in_place()
+        except StoreError:
+            # The -wal file stayed behind under the old name: fold what it holds into the file
+            # (wherever it went) so a moved file holds every commit that was durable.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            raise
 
     def _write(self, conn: sqlite3.Connection, items: list[_Encoded | _Compact]) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -471,6 +443,11 @@ class SQLiteStore:
 
     def _fail(self, exc: Exception) -> None:
         log.error("store %s: commits could not be persisted", self.path, exc_info=exc)
+        if isinstance(exc, StoreError):  # says what happened and what to do already
+            self.error = StoreError(f"{exc} (the file holds the commits up to seq {self._durable})")
+            with self._done:
+                self._done.notify_all()
+            return
         if isinstance(exc, sqlite3.IntegrityError):
             why = "another process is writing the same file (one writer per file)"
         else:
@@ -546,6 +523,7 @@ class SQLiteStore:
         with self._lock:
             if self._closing:
                 raise StoreClosedError(f"store {str(self.path)!r} is closed")
+            self._owner.check_in_place()
             conn = self._reader()
             try:
                 conn.execute(sql, args)
