@@ -345,7 +345,7 @@ def edited(sql: str) -> Callable[[Path], None]:
         (lambda p: p.write_bytes(b""), "is empty, not a slateflow store"),
         (lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200), "not a readable"),
         (other_sqlite, "a SQLite file but not a slateflow store"),
-        (edited("UPDATE commits SET changes = '[1,2' WHERE seq = 2"), "commit 2: unreadable"),
+        (edited("UPDATE commits SET changes = '[1,2' WHERE seq = 2"), "commit 2 does not match"),
         (edited("DELETE FROM commits WHERE seq = 2"), "commit 2 is missing"),
         (edited("UPDATE meta SET value = '99' WHERE name = 'version'"), "upgrade slateflow"),
     ],

@@ -320,7 +320,10 @@ CORRUPTIONS: dict[str, list[Any]] = {
     "missing seq in the middle": ["DELETE FROM commits WHERE seq = 5"],
     "missing first seq": ["DELETE FROM commits WHERE seq = 1"],
     "a gap after the head": [
-        ("INSERT INTO commits VALUES (12, 1, 'set', ?)", (A7.replace(",3,", ",7,"),))
+        (
+            "INSERT INTO commits (seq, at_ns, origin, changes) VALUES (12, 1, 'set', ?)",
+            (A7.replace(",3,", ",7,"),),
+        )
     ],
     "no format row": ["DELETE FROM meta WHERE name = 'format'"],
     "no version row": ["DELETE FROM meta WHERE name = 'version'"],
@@ -337,17 +340,25 @@ CORRUPTIONS: dict[str, list[Any]] = {
         "DROP TABLE commits; CREATE TABLE commits (seq INTEGER PRIMARY KEY, at_ns INTEGER, "
         "origin TEXT); INSERT INTO commits VALUES (1, 1, 'set');"
     ],
-    "base seq as text": ["INSERT INTO base VALUES (1, 'x', '[]')"],
-    "negative base seq": ["INSERT INTO base VALUES (1, -1, '[]')"],
-    "base entries garbage": ["INSERT INTO base VALUES (1, 3, '[[')"],
-    "base entries not an array": ["INSERT INTO base VALUES (1, 3, '{}')"],
+    "base seq as text": ["INSERT INTO base (id, seq, entries) VALUES (1, 'x', '[]')"],
+    "negative base seq": ["INSERT INTO base (id, seq, entries) VALUES (1, -1, '[]')"],
+    "base entries garbage": ["INSERT INTO base (id, seq, entries) VALUES (1, 3, '[[')"],
+    "base entries not an array": ["INSERT INTO base (id, seq, entries) VALUES (1, 3, '{}')"],
     "base entry after its base": [
-        'INSERT INTO base VALUES (1, 3, \'[["a",2,2,9,1,"user",null,null,null]]\')'
+        (
+            "INSERT INTO base (id, seq, entries) VALUES (1, 3, ?)",
+            ('[["a",2,2,9,1,"user",null,null,null]]',),
+        )
     ],
     "base entry with version 0": [
-        'INSERT INTO base VALUES (1, 3, \'[["a",2,0,2,1,"user",null,null,null]]\')'
+        (
+            "INSERT INTO base (id, seq, entries) VALUES (1, 3, ?)",
+            ('[["a",2,0,2,1,"user",null,null,null]]',),
+        )
     ],
-    "base that disagrees with the commits": ["INSERT INTO base VALUES (1, 3, '[]')"],
+    "base that disagrees with the commits": [
+        "INSERT INTO base (id, seq, entries) VALUES (1, 3, '[]')"
+    ],
 }
 
 

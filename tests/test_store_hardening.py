@@ -3,18 +3,24 @@ behind the store's back, and records flipped or edited on disk."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import os
+import random
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slateflow import State
-from slateflow.errors import StoreClosedError, StoreError
+from slateflow.errors import StoreClosedError, StoreCorruptError, StoreError
+from slateflow.replay import replay
 from slateflow.stores import SQLiteStore
 
 
@@ -251,3 +257,169 @@ def test_a_checkpoint_save_into_a_moved_file_is_refused(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(StoreError):
             store.close()
+
+
+# -- integrity: a digest chain over the records --------------------------------------------------
+
+
+def write_history(path: Path, *, compact_at: int | None = None) -> list[str]:
+    """Twelve commits of assorted values (compacted after ``compact_at`` if given); the
+    snapshot after each, by seq."""
+    seen = [""]
+    with State.open(path) as state:
+        for n in range(1, 13):
+            if n % 3 == 0:
+                state.update({f"k{n}": {"n": n, "list": [n, -0.0, "x" * n]}, "count": n})
+            else:
+                state.set("count", n, source="llm", writer=f"w{n}", confidence=0.5)
+            if n == compact_at:
+                state.compact()
+            seen.append(snapshot_text(state))
+        state.store.save_checkpoint("wf", '{"x": 1}')  # type: ignore[union-attr]
+    return seen
+
+
+def snapshot_text(state: State) -> str:
+    return json.dumps(state.snapshot(), sort_keys=True)
+
+
+def edit(path: Path, sql: str, *args: Any) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(sql, args)
+        conn.commit()
+
+
+@pytest.mark.parametrize("compact_at", [None, 6])
+def test_a_flipped_bit_anywhere_loads_the_same_state_or_fails_closed(
+    tmp_path: Path, compact_at: int | None
+) -> None:
+    source = tmp_path / "source.db"
+    seen = write_history(source, compact_at=compact_at)
+    data = source.read_bytes()
+    rng = random.Random(18)
+    outcomes: collections.Counter[str] = collections.Counter()
+    # Half anywhere in the file (mostly free space), half inside the stored records.
+    records = [m.start() for m in re.finditer(rb'\[\["', data)]
+    assert records
+    for n in range(300):
+        at = rng.randrange(len(data)) if n % 2 else rng.choice(records) + rng.randrange(48)
+        flipped = bytearray(data)
+        flipped[at] ^= 1 << rng.randrange(8)
+        path = tmp_path / f"flip{n}.db"
+        path.write_bytes(bytes(flipped))
+        try:
+            state = State.open(path)
+        except StoreError as exc:
+            refusal = str(exc)
+            assert str(path) in refusal, refusal
+            outcomes["refused"] += 1
+            continue
+        try:
+            # The flip landed where nothing is read (free space, the checkpoint row): the
+            # state must be exactly the one written, never another.
+            assert snapshot_text(state) == seen[-1], f"byte {at} changed the state silently"
+            outcomes["same state"] += 1
+        finally:
+            with contextlib.suppress(StoreError):
+                state.close()
+    assert outcomes["refused"] > 0
+    assert outcomes["same state"] > 0
+
+
+def test_an_sql_edit_of_a_historic_value_is_refused_naming_the_commit(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    write_history(path)
+    # A valid record with another value, written the way a person with sqlite3 would.
+    edit(
+        path,
+        "UPDATE commits SET changes = ? WHERE seq = 4",
+        '[["count",400,4,"llm","w4",0.5,null]]',
+    )
+    with pytest.raises(StoreCorruptError, match=r"s\.db.*commit 4 does not match its digest"):
+        State.open(path)
+    with pytest.raises(StoreCorruptError, match="commit 4"):
+        replay(path)
+    assert replay(path, end=3)  # what comes before the edit still reads
+
+
+@pytest.mark.parametrize(
+    ("sql", "says"),
+    [
+        ("UPDATE commits SET at_ns = at_ns + 1 WHERE seq = 9", "commit 9 does not match"),
+        ("UPDATE commits SET origin = 'update' WHERE seq = 2", "commit 2 does not match"),
+        ("UPDATE commits SET digest = NULL WHERE seq = 12", "commit 12 does not match"),
+        ("UPDATE commits SET digest = zeroblob(16) WHERE seq = 1", "commit 1 does not match"),
+        ("DELETE FROM meta WHERE name = 'chained_after'", "digest chain starts"),
+        ("UPDATE meta SET value = 'x' WHERE name = 'chained_after'", "digest chain starts"),
+    ],
+)
+def test_an_edited_header_or_digest_is_refused(tmp_path: Path, sql: str, says: str) -> None:
+    path = tmp_path / "s.db"
+    write_history(path)
+    edit(path, sql)
+    with pytest.raises(StoreCorruptError, match=says):
+        State.open(path)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE base SET entries = replace(entries, '\"count\",6', '\"count\",60')",
+        "UPDATE base SET digest = NULL",
+        "UPDATE base SET chain = zeroblob(16)",
+    ],
+)
+def test_an_edited_compacted_base_is_refused(tmp_path: Path, sql: str) -> None:
+    path = tmp_path / "s.db"
+    write_history(path, compact_at=6)
+    edit(path, sql)
+    with pytest.raises(StoreCorruptError, match=r"compacted base \(seq 6\) does not match"):
+        State.open(path)
+
+
+def test_a_compacted_store_chains_on_across_reopens(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    seen = write_history(path, compact_at=6)
+    with State.open(path) as state:
+        assert snapshot_text(state) == seen[-1]
+        state.set("more", 1)
+        state.compact()
+        state.set("more", 2)
+    with State.open(path) as again:
+        assert again.get("more") == 2
+        assert again.cursor == 14
+
+
+def downgrade_to_version_1(path: Path) -> None:
+    """Turn a store file into what slateflow wrote before digests (format 1)."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(
+            "ALTER TABLE commits DROP COLUMN digest; ALTER TABLE base DROP COLUMN chain;"
+            "ALTER TABLE base DROP COLUMN digest; DELETE FROM meta WHERE name = 'chained_after';"
+            "UPDATE meta SET value = '1' WHERE name = 'version';"
+        )
+
+
+def test_a_version_1_file_is_upgraded_and_chained_from_then_on(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    seen = write_history(path)
+    downgrade_to_version_1(path)
+    assert replay(path)  # read-only: read as it is, left at version 1
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone() == ("1",)
+    with State.open(path) as state:
+        assert snapshot_text(state) == seen[-1]
+        state.set("after", 1)
+    with closing(sqlite3.connect(path)) as conn:
+        meta = dict(conn.execute("SELECT name, value FROM meta"))
+    assert (meta["version"], meta["chained_after"]) == ("2", "12")
+    with State.open(path) as again:
+        assert again.get("after") == 1
+    # Commits the old version wrote carry no digest (an edit there is not seen); new ones do.
+    edit(
+        path,
+        "UPDATE commits SET changes = ? WHERE seq = 13",
+        '[["after",2,1,"user",null,null,null]]',
+    )
+    with pytest.raises(StoreCorruptError, match="commit 13 does not match"):
+        State.open(path)

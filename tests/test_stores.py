@@ -31,6 +31,7 @@ from slateflow.errors import (
 )
 from slateflow.replay import replay
 from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
+from slateflow.stores.digests import commit_digest
 from slateflow.stores.sqlite import STORE_FORMAT_VERSION
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "slateflow"
@@ -648,6 +649,17 @@ def test_a_main_file_copied_while_open_is_a_consistent_prefix(
 # -- a store that can no longer write --------------------------------------------------------
 
 
+def intrude(conn: sqlite3.Connection) -> None:
+    """Commit 2 as another slateflow writer would write it (chained to commit 1)."""
+    (prev,) = conn.execute("SELECT digest FROM commits WHERE seq = 1").fetchone()
+    changes = '[["x",1,1,"user",null,null,null]]'
+    conn.execute(
+        "INSERT INTO commits VALUES (2, 1, 'set', ?, ?)",
+        (changes, commit_digest(prev, 2, 1, "set", changes)),
+    )
+    conn.commit()
+
+
 def test_a_store_that_cannot_write_refuses_every_later_write(
     tmp_path: Path, opened: list[State]
 ) -> None:
@@ -658,10 +670,7 @@ def test_a_store_that_cannot_write_refuses_every_later_write(
     # Something else writes the file behind the store's back (a second writer on a system
     # without flock, a restored backup): the next commit collides on the writer thread.
     with closing(sqlite3.connect(path)) as intruder:
-        intruder.execute(
-            "INSERT INTO commits VALUES (2, 1, 'set', ?)", ('[["x",1,1,"user",null,null,null]]',)
-        )
-        intruder.commit()
+        intrude(intruder)
     first.set("b", 2)
     with pytest.raises(StoreError, match=r"s\.db") as info:
         first.flush()
@@ -756,10 +765,7 @@ def test_a_failed_sync_write_raises_and_refuses_the_next(
     first = open_file(path, opened, "sync")
     first.set("a", 1)
     with closing(sqlite3.connect(path)) as intruder:
-        intruder.execute(
-            "INSERT INTO commits VALUES (2, 1, 'set', ?)", ('[["x",1,1,"user",null,null,null]]',)
-        )
-        intruder.commit()
+        intrude(intruder)
     # Under sync durability the failure is reported by the write that met it (already applied
     # in memory, as documented), and every later write is refused with nothing applied.
     with pytest.raises(StoreError, match=r"s\.db"):

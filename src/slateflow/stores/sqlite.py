@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import StateValueError, StoreClosedError, StoreCorruptError, StoreError
 from .base import Durability
+from .digests import base_digest, commit_digest
 from .filelock import FileLock
 from .records import (
     CommitRow,
@@ -26,31 +27,21 @@ from .records import (
     encode_entries,
     unstorable,
 )
+from .sqlite_format import (
+    NO_CHAIN,
+    STORE_FORMAT,
+    STORE_FORMAT_VERSION,
+    UPGRADE_1,
+    chain_start,
+    check_format,
+    check_header,
+)
 
 __all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "SQLiteStore"]
 
 log = logging.getLogger("slateflow.stores")
 
-STORE_FORMAT = "slateflow.store"
-STORE_FORMAT_VERSION = 1
-"""Bumped on incompatible changes to the file layout; a newer file is refused, never guessed at."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS commits (
-    seq INTEGER PRIMARY KEY, at_ns INTEGER NOT NULL, origin TEXT NOT NULL, changes TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS base (
-    id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, entries TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    workflow_id TEXT PRIMARY KEY, data TEXT NOT NULL, updated_ns INTEGER NOT NULL
-);
-"""
-
-_INSERT = "INSERT INTO commits (seq, at_ns, origin, changes) VALUES (?, ?, ?, ?)"
-
-_HEADER = b"SQLite format 3\x00"
+_INSERT = "INSERT INTO commits (seq, at_ns, origin, changes, digest) VALUES (?, ?, ?, ?, ?)"
 
 # What reading a damaged file can raise besides sqlite3.Error: text columns that are not UTF-8
 # (UnicodeDecodeError is a ValueError), values of the wrong type, numbers out of range.
@@ -139,6 +130,11 @@ class SQLiteStore:
         self._lock = threading.Lock()  # guards the side connection (reads, checkpoints)
         self._owner = FileLock(self.path)  # one writer per file, on the file's inode
         self._side: sqlite3.Connection | None = None
+        # The digest chain: where it starts, the column that holds it ("NULL" in a version-1
+        # file opened read-only), and the digest of the newest commit written (the writer's).
+        self._chained_after = 0
+        self._columns = "digest"
+        self._tip: bytes | None = None
         self._conn = self._connect(create=True)
 
     # -- connections --------------------------------------------------------------------------
@@ -150,7 +146,7 @@ class SQLiteStore:
         if create:
             if self.readonly and not self.path.is_file():
                 raise StoreError(f"no store at {where!r}")
-            self._check_header()
+            check_header(self.path)
         try:
             if self.readonly:
                 target = self.path.resolve().as_uri() + "?mode=ro"
@@ -166,9 +162,14 @@ class SQLiteStore:
         try:
             if create:
                 # Before any pragma: a file that is not ours must be left exactly as it was.
-                self._check_format(conn)
+                version = check_format(conn, self.path, readonly=self.readonly)
                 if not self.readonly:
                     self._take_lock()
+                    if version == 1:
+                        conn.executescript(UPGRADE_1)
+                        version = 2
+                self._chained_after = chain_start(conn, self.path, version)
+                self._columns = "NULL" if self._chained_after == NO_CHAIN else "digest"
             if self.readonly:
                 return conn
             conn.execute("PRAGMA journal_mode=WAL")
@@ -193,57 +194,6 @@ class SQLiteStore:
     def _release_lock(self) -> None:
         self._owner.release()
 
-    def _check_header(self) -> None:
-        # SQLite takes a file shorter than its header for an empty database and would write
-        # over it: look at the bytes first.
-        try:
-            with self.path.open("rb") as file:
-                header = file.read(len(_HEADER))
-        except (FileNotFoundError, IsADirectoryError):
-            return  # a new file; or sqlite3 says why it cannot open a directory
-        except OSError as exc:
-            raise StoreError(f"cannot open store {str(self.path)!r}: {exc}") from None
-        if header and header != _HEADER:
-            raise StoreCorruptError(
-                f"{str(self.path)!r} is not a SQLite file, so not a slateflow store; pass "
-                "another path (nothing was written to it)"
-            )
-
-    def _check_format(self, conn: sqlite3.Connection) -> None:
-        where = str(self.path)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not tables and self.readonly:
-            raise StoreCorruptError(f"{where!r} is empty, not a slateflow store")
-        if not tables:
-            # One script, one transaction: a crash while creating leaves an empty file.
-            conn.executescript(
-                "BEGIN IMMEDIATE;"
-                + _SCHEMA
-                + f"INSERT OR IGNORE INTO meta VALUES ('format', '{STORE_FORMAT}');"
-                + f"INSERT OR IGNORE INTO meta VALUES ('version', '{STORE_FORMAT_VERSION}');"
-                + "COMMIT;"
-            )
-            return
-        meta = dict(conn.execute("SELECT name, value FROM meta")) if "meta" in tables else {}
-        if meta.get("format") != STORE_FORMAT:
-            raise StoreCorruptError(
-                f"{where!r} is a SQLite file but not a slateflow store; pass another path"
-            )
-        try:
-            version = int(meta.get("version", ""))
-        except (TypeError, ValueError):
-            raise StoreCorruptError(
-                f"{where!r}: its format version {meta.get('version')!r} is unreadable"
-            ) from None
-        if version > STORE_FORMAT_VERSION:
-            raise StoreCorruptError(
-                f"{where!r} was written by a newer slateflow (store format {version}, this one "
-                f"reads up to {STORE_FORMAT_VERSION}); upgrade slateflow to open it"
-            )
-        missing = {"commits", "base", "checkpoints"} - tables
-        if missing:
-            raise StoreCorruptError(f"{where!r} lacks its {', '.join(sorted(missing))} table(s)")
-
     def _reader(self) -> sqlite3.Connection:
         if self._side is None:
             side = self._connect(create=False)
@@ -254,7 +204,7 @@ class SQLiteStore:
     # -- loading and reading ------------------------------------------------------------------
 
     def load(self) -> Loaded:
-        loaded = self.read()
+        loaded, self._tip = self._read(None)
         self._appended = self._durable = loaded.head
         return loaded
 
@@ -265,26 +215,24 @@ class SQLiteStore:
             )
 
     def read(self, upto: int | None = None) -> Loaded:
+        return self._read(upto)[0]
+
+    def _read(self, upto: int | None) -> tuple[Loaded, bytes]:
+        """The base and the commits up to ``upto``, every digest checked; and the digest of the
+        last commit read (where the chain goes on)."""
         with self._lock:
             self._check_open()
             conn = self._reader()
             try:
-                base_row = conn.execute("SELECT seq, entries FROM base WHERE id = 1").fetchone()
-                base_seq = 0
-                base: list[EntryRow] = []
-                if base_row is not None:
-                    base_seq = base_row[0]
-                    if type(base_seq) is not int or base_seq < 0:
-                        raise StoreCorruptError(f"{str(self.path)!r}: the base seq is {base_seq!r}")
-                    base = decode_entries(base_row[1], base_seq)
-                commits = list(self._rows(conn, base_seq, upto))
+                base_seq, base, chain = self._base(conn)
+                commits, tip = self._rows(conn, base_seq, upto, chain)
             except StoreCorruptError as exc:
                 raise self._damaged(exc) from None
             except _DAMAGE as exc:
                 raise StoreCorruptError(
                     f"{str(self.path)!r} is damaged ({exc}); restore it from a backup"
                 ) from None
-        return Loaded(base_seq, base, commits)
+        return Loaded(base_seq, base, commits), tip
 
     def _damaged(self, exc: StoreCorruptError) -> StoreCorruptError:
         """``exc`` (from the record decoders, which know no file) naming this file."""
@@ -293,14 +241,40 @@ class SQLiteStore:
             return exc
         return StoreCorruptError(f"{where!r}: {exc}; restore it from a backup or open a new file")
 
-    def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None) -> Iterator[CommitRow]:
+    def _base(self, conn: sqlite3.Connection) -> tuple[int, list[EntryRow], bytes]:
+        """The compacted base (seq, entries) and the chain digest it carries forward."""
+        columns = "chain, digest" if self._columns == "digest" else "NULL, NULL"
+        row = conn.execute(f"SELECT seq, entries, {columns} FROM base WHERE id = 1").fetchone()
+        if row is None:
+            return 0, [], b""
+        seq, entries, chain, digest = row
+        if type(seq) is not int or seq < 0:
+            raise StoreCorruptError(f"{str(self.path)!r}: the base seq is {seq!r}")
+        if (digest is not None or seq > self._chained_after) and (
+            type(chain) is not bytes
+            or type(entries) is not str
+            or digest != base_digest(chain, seq, entries)
+        ):
+            raise StoreCorruptError(
+                f"{str(self.path)!r}: the compacted base (seq {seq}) does not match its "
+                "digest; the file was edited or damaged: restore it from a backup"
+            )
+        return seq, decode_entries(entries, seq), chain if type(chain) is bytes else b""
+
+    def _rows(
+        self, conn: sqlite3.Connection, after: int, upto: int | None, prev: bytes
+    ) -> tuple[list[CommitRow], bytes]:
+        """The commits after ``after`` up to ``upto``, each checked against its digest chained
+        from ``prev``; and the last digest."""
         cursor = conn.execute(
-            "SELECT seq, at_ns, origin, changes FROM commits WHERE seq > ? AND seq <= ? "
-            "ORDER BY seq",
+            f"SELECT seq, at_ns, origin, changes, {self._columns} FROM commits "
+            "WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after, (1 << 62) if upto is None else upto),
         )
+        rows: list[CommitRow] = []
         expect = after + 1
-        for seq, at_ns, origin, changes in cursor:
+        chained_after = self._chained_after
+        for seq, at_ns, origin, changes, digest in cursor:
             if seq != expect:
                 raise StoreCorruptError(
                     f"{str(self.path)!r}: commit {expect} is missing (the next one is {seq}); "
@@ -308,8 +282,21 @@ class SQLiteStore:
                 )
             if type(at_ns) is not int or type(origin) is not str:
                 raise StoreCorruptError(f"{str(self.path)!r}: commit {seq} has a bad header")
-            yield (seq, at_ns, origin, decode_changes(changes, seq))
+            if digest is None and seq <= chained_after:
+                prev = b""  # written before digests existed: the chain starts again after it
+            elif type(changes) is not str or digest != commit_digest(
+                prev, seq, at_ns, origin, changes
+            ):
+                raise StoreCorruptError(
+                    f"{str(self.path)!r}: commit {seq} does not match its digest (a flipped "
+                    "bit or an edit); restore the file from a backup, or read it up to commit "
+                    f"{seq - 1} with slateflow replay --to {seq - 1}"
+                )
+            else:
+                prev = digest
+            rows.append((seq, at_ns, origin, decode_changes(changes, seq)))
             expect += 1
+        return rows, prev
 
     def commits(self, after: int = 0, upto: int | None = None) -> Iterator[CommitRow]:
         # Read in one go under the lock: a generator must not hold the connection between steps.
@@ -317,14 +304,22 @@ class SQLiteStore:
             self._check_open()
             conn = self._reader()
             try:
-                base_row = conn.execute("SELECT seq FROM base WHERE id = 1").fetchone()
-                start = max(after, base_row[0] if base_row else 0)
-                rows = list(self._rows(conn, start, upto))
+                base_seq, _, chain = self._base(conn)
+                start = max(after, base_seq)
+                if start > base_seq:
+                    chain = self._digest_of(conn, start)
+                rows, _ = self._rows(conn, start, upto, chain)
             except StoreCorruptError as exc:
                 raise self._damaged(exc) from None
             except _DAMAGE as exc:
                 raise StoreCorruptError(f"{str(self.path)!r} is damaged ({exc})") from None
         yield from rows
+
+    def _digest_of(self, conn: sqlite3.Connection, seq: int) -> bytes:
+        """The stored digest of commit ``seq`` (empty where there is none), to check the
+        commits after it."""
+        row = conn.execute(f"SELECT {self._columns} FROM commits WHERE seq = ?", (seq,)).fetchone()
+        return row[0] if row is not None and type(row[0]) is bytes else b""
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -418,21 +413,26 @@ class SQLiteStore:
             raise
 
     def _write(self, conn: sqlite3.Connection, items: list[_Encoded | _Compact]) -> None:
+        tip = self._tip if self._tip is not None else self._tip_on_disk(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows: list[_Encoded] = []
+            rows: list[tuple[int, int, str, str, bytes]] = []
             for item in items:
                 if isinstance(item, _Compact):
                     if rows:
                         conn.executemany(_INSERT, rows)
                         rows = []
+                    # Queued right behind commit item.seq, so ``tip`` is that commit's digest.
                     conn.execute(
-                        "INSERT OR REPLACE INTO base (id, seq, entries) VALUES (1, ?, ?)",
-                        (item.seq, item.entries),
+                        "INSERT OR REPLACE INTO base (id, seq, entries, chain, digest) "
+                        "VALUES (1, ?, ?, ?, ?)",
+                        (item.seq, item.entries, tip, base_digest(tip, item.seq, item.entries)),
                     )
                     conn.execute("DELETE FROM commits WHERE seq <= ?", (item.seq,))
                 else:
-                    rows.append(item)
+                    seq, at_ns, origin, text = item
+                    tip = commit_digest(tip, seq, at_ns, origin, text)
+                    rows.append((seq, at_ns, origin, text, tip))
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
@@ -440,6 +440,15 @@ class SQLiteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._tip = tip
+
+    def _tip_on_disk(self, conn: sqlite3.Connection) -> bytes:
+        """The digest the next commit chains to, for a store written before it was loaded."""
+        row = conn.execute("SELECT max(seq) FROM commits").fetchone()
+        if row is not None and row[0] is not None:
+            return self._digest_of(conn, row[0])
+        base = conn.execute("SELECT chain FROM base WHERE id = 1").fetchone()
+        return base[0] if base is not None and type(base[0]) is bytes else b""
 
     def _fail(self, exc: Exception) -> None:
         log.error("store %s: commits could not be persisted", self.path, exc_info=exc)
