@@ -225,14 +225,43 @@ async def test_after_a_crash_the_journaled_steps_never_run_again(store: Watched)
     assert store.steps() is None
 
 
-async def test_a_changed_spec_under_the_same_task_id_runs_again(store: Watched) -> None:
+async def test_a_completed_step_whose_spec_changed_is_refused_and_nothing_runs(
+    store: Watched,
+) -> None:
+    ex = Fake()
+    await execute_parallel_resumable(ex, specs("pay", "mail"), WF, store)
+    store.inner.save_checkpoint(
+        WF,
+        WorkflowCheckpoint(
+            workflow_id=WF,
+            steps={
+                "pay": WorkflowStepRecord(
+                    task_id="pay",
+                    digest=spec_digest(spec("pay")),
+                    outcome=StepOutcome.ok(spec("pay"), "charged"),
+                    completed_at_ms=1,
+                )
+            },
+            updated_at_ms=1,
+        ).to_json(),
+    )
+    before = store.inner.load_checkpoint(WF)
+    with pytest.raises(CheckpointError, match=r"'pay' already succeeded with another spec"):
+        await execute_parallel_resumable(ex, [spec("pay", "charge 20"), spec("x")], WF, store)
+    assert ex.calls == {"pay": 1, "mail": 1}  # nothing ran: not the changed step, not x
+    assert store.inner.load_checkpoint(WF) == before  # and the checkpoint is kept
+
+
+async def test_a_changed_spec_under_the_same_task_id_runs_again_when_asked(
+    store: Watched,
+) -> None:
     ex = Fake(fail={"b"})
     await execute_parallel_resumable(ex, specs("a", "b", "c"), WF, store)
     assert store.steps() == {"a", "c"}
 
     # a's prompt changed, c is no longer part of the workflow, b still fails.
     changed = [spec("a", "go faster"), spec("b")]
-    outcomes = await execute_parallel_resumable(ex, changed, WF, store)
+    outcomes = await execute_parallel_resumable(ex, changed, WF, store, rerun_changed=True)
     assert ex.calls == {"a": 2, "b": 2, "c": 1}
     assert outcomes[0].output == "a did 'go faster'"
     text = store.inner.load_checkpoint(WF)
@@ -300,7 +329,10 @@ BAD_CHECKPOINTS = {
     "nan": (_checkpoint_json(updated_at_ms=float("nan")), "not valid JSON"),
     "no version": (_checkpoint_json(schema_version=None), "schema_version"),
     "version zero": (_checkpoint_json(schema_version=0), "versions start at 1"),
-    "future version": (_checkpoint_json(schema_version=2), "upgrade slateflow"),
+    "future version": (
+        _checkpoint_json(schema_version=WORKFLOW_CHECKPOINT_SCHEMA_VERSION + 1),
+        "upgrade slateflow",
+    ),
     "other workflow": (_checkpoint_json(workflow_id="wf-other"), "'wf-other'"),
     "key mismatch": (_checkpoint_json(steps={"b": _record_json("a")}), "under 'b'"),
     "missing field": (
@@ -509,14 +541,14 @@ def test_a_checkpoint_round_trips_through_json() -> None:
     cp = WorkflowCheckpoint(workflow_id=WF, steps={"a": record}, updated_at_ms=4)
     back = WorkflowCheckpoint.from_json(cp.to_json(), WF)
     assert back == cp
-    assert back.schema_version == WORKFLOW_CHECKPOINT_SCHEMA_VERSION == 1
+    assert back.schema_version == WORKFLOW_CHECKPOINT_SCHEMA_VERSION == 2
     assert back.completed() == {"a": record.outcome}
     with pytest.raises(CheckpointError, match="'other'"):
         WorkflowCheckpoint.from_json(cp.to_json(), "other")
 
 
 def test_ensure_loadable_refuses_versions_it_cannot_read() -> None:
-    for version, problem in ((2, "upgrade slateflow"), (0, "versions start at 1")):
+    for version, problem in ((3, "upgrade slateflow"), (0, "versions start at 1")):
         cp = WorkflowCheckpoint(workflow_id=WF, schema_version=version, updated_at_ms=0)
         with pytest.raises(CheckpointError, match=problem):
             cp.ensure_loadable()
@@ -628,3 +660,86 @@ def test_a_crash_at_any_point_then_a_resume_equals_an_uninterrupted_run(
 
     for backend in ("asyncio", "trio"):
         anyio.run(main, backend=backend)
+
+
+# -- a tampered outcome is never served ------------------------------------------------------
+
+
+def _saved_checkpoint() -> dict[str, Any]:
+    s = spec("pay")
+    record = WorkflowStepRecord(
+        task_id="pay",
+        digest=spec_digest(s),
+        outcome=StepOutcome.ok(s, "charged 10", structured={"amount": 10, "ok": True}),
+        completed_at_ms=7,
+    )
+    doc: dict[str, Any] = json.loads(
+        WorkflowCheckpoint(workflow_id=WF, steps={"pay": record}, updated_at_ms=8).to_json()
+    )
+    return doc
+
+
+def _tamper(value: Any, rng: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + rng.randint(1, 9)
+    if isinstance(value, str) and len(value) == 64:  # a hex digest: another valid one
+        return hashlib.sha256(value.encode()).hexdigest()
+    if isinstance(value, str):
+        return value + rng.choice([" ", "0", "x", "!"])
+    if value is None:
+        return "something"
+    return value
+
+
+def _leaves(doc: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _leaves(value, (*path, key))
+    else:
+        yield path
+
+
+@given(st.data())
+@settings(max_examples=150, deadline=None)
+def test_a_tampered_step_record_is_refused_never_served(data: st.DataObject) -> None:
+    doc = _saved_checkpoint()
+    record = doc["steps"]["pay"]
+    paths = [p for p in _leaves(record) if p not in (("task_id",), ("outcome", "task_id"))]
+    path = data.draw(st.sampled_from(paths))
+    rng = data.draw(st.randoms(use_true_random=False))
+    target = record
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = _tamper(target[path[-1]], rng)
+    with pytest.raises(CheckpointError, match=r"'pay'|does not validate"):
+        WorkflowCheckpoint.from_json(json.dumps(doc), WF)
+
+
+def test_a_step_record_without_its_check_is_refused() -> None:
+    doc = _saved_checkpoint()
+    del doc["steps"]["pay"]["check"]
+    doc["steps"]["pay"]["outcome"]["output"] = "charged 0"
+    with pytest.raises(CheckpointError, match="'pay' has no check"):
+        WorkflowCheckpoint.from_json(json.dumps(doc), WF)
+
+
+async def test_a_tampered_outcome_runs_nothing_on_resume(store: Watched) -> None:
+    doc = _saved_checkpoint()
+    doc["steps"]["pay"]["outcome"]["structured"]["amount"] = 0
+    store.inner.save_checkpoint(WF, json.dumps(doc))
+    ex = Fake()
+    with pytest.raises(CheckpointError, match="saved outcome of step 'pay' does not match"):
+        await execute_parallel_resumable(ex, [spec("pay")], WF, store)
+    assert ex.calls == {}
+
+
+def test_a_version_1_checkpoint_is_migrated_with_checks() -> None:
+    doc = _saved_checkpoint()
+    del doc["steps"]["pay"]["check"]
+    doc["schema_version"] = 1
+    back = WorkflowCheckpoint.from_json(json.dumps(doc), WF)
+    assert back.schema_version == 2
+    assert back.steps["pay"].matches()
+    assert back.steps["pay"].outcome.output == "charged 10"

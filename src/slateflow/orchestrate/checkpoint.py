@@ -23,15 +23,15 @@ __all__ = [
     "WORKFLOW_CHECKPOINT_SCHEMA_VERSION",
     "WorkflowCheckpoint",
     "WorkflowStepRecord",
+    "record_check",
     "spec_digest",
 ]
 
-WORKFLOW_CHECKPOINT_SCHEMA_VERSION = 1
-"""The checkpoint format this slateflow writes; it reads this one and older ones."""
+WORKFLOW_CHECKPOINT_SCHEMA_VERSION = 2
+"""The checkpoint format this slateflow writes; it reads this one and older ones.
 
-# Version n -> a function turning a version-n checkpoint (parsed JSON) into version n + 1.
-# Empty while there is only version 1; add an entry here when the format changes.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+2: every step record carries ``check``, the digest of the record itself (:func:`record_check`).
+"""
 
 
 def spec_digest(spec: AgentStepSpec) -> str:
@@ -44,12 +44,33 @@ def spec_digest(spec: AgentStepSpec) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def record_check(task_id: str, digest: str, outcome: StepOutcome, completed_at_ms: int) -> str:
+    """The sha256 (hex) of a step record's canonical JSON: what its ``check`` must be.
+
+    A checkpoint whose saved outcome was edited or damaged no longer matches it and is refused
+    (``CheckpointError``) instead of being served on resume.
+    """
+    canonical = json.dumps(
+        {
+            "task_id": task_id,
+            "digest": digest,
+            "outcome": outcome.model_dump(mode="json"),
+            "completed_at_ms": completed_at_ms,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 class WorkflowStepRecord(BaseModel):
     """One successful step in a checkpoint: its task id, the digest of the spec it ran
     (:func:`spec_digest`), its outcome, and when it completed (ms since the epoch).
 
     Only successes are recorded (a failed step runs again on resume), so ``outcome`` must be a
-    success for this task id.
+    success for this task id. ``check`` (:func:`record_check`) is computed when a record is
+    made; a checkpoint read back must carry it, and it must match.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,6 +79,7 @@ class WorkflowStepRecord(BaseModel):
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     outcome: StepOutcome
     completed_at_ms: int = Field(ge=0)
+    check: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")
 
     @model_validator(mode="after")
     def _a_success_of_this_task(self) -> WorkflowStepRecord:
@@ -67,7 +89,34 @@ class WorkflowStepRecord(BaseModel):
             )
         if not self.outcome.success:
             raise ValueError(f"the outcome of {self.task_id!r} is a failure; only successes")
+        if not self.check:
+            expected = record_check(self.task_id, self.digest, self.outcome, self.completed_at_ms)
+            object.__setattr__(self, "check", expected)  # frozen: set once, as it is made
         return self
+
+    def matches(self) -> bool:
+        """Whether ``check`` is the digest of this record as it stands."""
+        expected = record_check(self.task_id, self.digest, self.outcome, self.completed_at_ms)
+        return self.check == expected
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no record checks: compute them from the records as they are."""
+    steps = data.get("steps")
+    if isinstance(steps, dict):
+        data["steps"] = {key: _with_check(record) for key, record in steps.items()}
+    return data
+
+
+def _with_check(record: Any) -> Any:
+    try:
+        return WorkflowStepRecord.model_validate(record).model_dump(mode="json")
+    except ValidationError:
+        return record  # left as it is: validating the checkpoint says what is wrong
+
+
+# Version n -> a function turning a version-n checkpoint (parsed JSON) into version n + 1.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 class WorkflowCheckpoint(BaseModel):
@@ -130,6 +179,8 @@ class WorkflowCheckpoint(BaseModel):
         _check_version(version, workflow_id)
         if version < WORKFLOW_CHECKPOINT_SCHEMA_VERSION:
             data = _migrate(data, version, workflow_id)
+        else:
+            _require_checks(data, where)
         try:
             checkpoint = cls.model_validate(data)
         except ValidationError as exc:
@@ -148,7 +199,27 @@ class WorkflowCheckpoint(BaseModel):
                     f"{where} files the step {record.task_id!r} under {key!r}; delete it to "
                     "start the workflow afresh"
                 )
+            if not record.matches():
+                raise CheckpointError(
+                    f"{where}: the saved outcome of step {key!r} does not match its check "
+                    "(edited or damaged); it is not served: delete the checkpoint to run the "
+                    "workflow afresh"
+                )
         return checkpoint
+
+
+def _require_checks(data: dict[str, Any], where: str) -> None:
+    """Every step record of a current checkpoint carries its check (one removed by an edit must
+    not be recomputed from the edited record)."""
+    steps = data.get("steps")
+    if not isinstance(steps, dict):
+        return  # validation says what is wrong
+    for key, record in steps.items():
+        if isinstance(record, dict) and not record.get("check"):
+            raise CheckpointError(
+                f"{where}: the step {key!r} has no check, so its outcome cannot be trusted; "
+                "delete the checkpoint to run the workflow afresh"
+            )
 
 
 def _no_constants(name: str) -> Any:
@@ -182,7 +253,7 @@ def _migrate(data: dict[str, Any], version: int, workflow_id: str) -> dict[str, 
             )
         try:
             data = step(dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
             raise CheckpointError(
                 f"the checkpoint of workflow {workflow_id!r} could not be migrated from schema "
                 f"version {version}: {exc}; delete the checkpoint"

@@ -34,20 +34,27 @@ async def execute_parallel_resumable(
     store: CheckpointStore,
     *,
     state: State | None = None,
+    rerun_changed: bool = False,
 ) -> list[StepOutcome]:
     """Run ``specs`` like ``execute_parallel``, journaling each success in ``store`` under
     ``workflow_id`` so that running it again after a crash runs only what had not succeeded.
 
     - Exactly once for journaled steps: a step whose success was saved is not run again while
       its spec (agent, prompt, input, options) is unchanged; its saved outcome is returned in
-      its place. Change the spec under the same task id and the step runs again.
+      its place.
+    - A step that succeeded under another spec (same task id, changed agent, prompt, input or
+      options) is refused with ``CheckpointError`` naming it, and nothing runs: running it again
+      could repeat its side effect (a payment twice). Pass ``rerun_changed=True`` to run such
+      steps again, or give the changed work a new task id. Records of task ids no longer in
+      ``specs`` are dropped.
     - At least once for steps in flight at a crash: a step that finished but was not yet
       journaled runs again, so executors should tolerate a repeat.
     - Failed steps are not journaled: the next run retries them. When every step has
       succeeded the checkpoint is deleted; otherwise it stays for the next run.
     - The checkpoint is JSON only (never pickle). A checkpoint that cannot be trusted
-      (damaged, from a newer slateflow, for another workflow) raises ``CheckpointError`` and
-      nothing runs (fail closed); delete it to start afresh.
+      (damaged, a saved outcome that does not match its check, from a newer slateflow, for
+      another workflow) raises ``CheckpointError`` and nothing runs (fail closed); delete it to
+      start afresh.
     - A checkpoint that cannot be saved does not fail the run: a warning is logged and the
       steps it missed run again on resume.
 
@@ -80,12 +87,23 @@ async def execute_parallel_resumable(
         ) from exc
     records: dict[str, WorkflowStepRecord] = {}
     dropped = False
+    changed: list[str] = []
     if text is not None:
         for task, record in WorkflowCheckpoint.from_json(text, workflow_id).steps.items():
             if digests.get(task) == record.digest:
                 records[task] = record
             else:
                 dropped = True
+                if task in digests:
+                    changed.append(task)
+    if changed and not rerun_changed:
+        names = ", ".join(repr(t) for t in changed)
+        raise CheckpointError(
+            f"workflow {workflow_id!r}: step(s) {names} already succeeded with another spec "
+            "(its agent, prompt, input or options changed since); running them again could "
+            "repeat their side effects, so nothing ran: pass rerun_changed=True to run them "
+            "again, or give the changed work a new task id"
+        )
 
     outcomes: list[StepOutcome | None] = [
         records[s.task_id].outcome if s.task_id in records else None for s in checked
