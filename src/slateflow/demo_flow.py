@@ -157,13 +157,14 @@ class Narrator:
             self.out("     (nothing new to tell the model)")
 
     async def call_tool(self, session: Session, tool: str) -> None:
-        refusal = session.refusal(tool)
-        if refusal is None:
-            self.out(f"  model calls {tool}: admitted, it runs")
-            await session.tool_ok(tool)
-        else:
-            self.out(f"  model calls {tool}: refused")
-            self.out(f"     {refusal}")
+        # A claim admits the call atomically (a concurrent call of a once-only tool waits) and
+        # reports the tool as done when the block ends.
+        async with session.claim(tool) as call:
+            if call:
+                self.out(f"  model calls {tool}: admitted, it runs")
+            else:
+                self.out(f"  model calls {tool}: refused")
+                self.out(f"     {call.reason}")
 
     async def hear(self, session: Session, said: str) -> None:
         # What a voice loop does each turn: one call redacts, extracts, advances the flow and

@@ -44,6 +44,7 @@ __all__ = [
     "StoreError",
     "SupervisionError",
     "TemplateError",
+    "ToolCallError",
     "TransactionError",
     "UsageError",
     "VersionConflictError",
@@ -203,6 +204,11 @@ class FlowFormatError(SlateError, ValueError):
     The message names the path of the bad node (``flow.steps[2].done.of[0].key``) and what was
     expected; a flow holding a custom guard refuses to serialise.
     """
+
+
+class ToolCallError(SlateError):
+    """A tool call shared an identical call that failed or was cancelled (``call_tool``); the
+    failure of that call is the ``__cause__``."""
 
 
 class FlowError(SlateError):

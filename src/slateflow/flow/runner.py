@@ -1506,6 +1506,11 @@ class FlowRunner:
             self.violations.append(Violation(tool, reason, active))
             return Admission(tool, True, reason, violation=True)
 
+    def single(self, tool: str) -> bool:
+        """Whether ``tool`` may succeed at most once (``once``, ``commit``): a session holds
+        concurrent calls of it one at a time (``Session.claim``)."""
+        return tool in self._once
+
     def why_blocked(self, tool: str) -> str | None:
         """The reason ``tool`` would be refused now, or None if it would be admitted (this
         records nothing, in either mode)."""

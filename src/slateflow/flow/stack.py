@@ -453,6 +453,10 @@ class StackRunner:
                 return Admission(tool, False, binding)
         return admission
 
+    def single(self, tool: str) -> bool:
+        """Whether ``tool`` may succeed at most once in the main flow or the speaking layer."""
+        return self.main.single(tool) or self.current.single(tool)
+
     def refusal(self, tool: str) -> str | None:
         """Why ``tool`` is refused now, or None. While a digression has the floor, the main
         flow's ``once``, ``never`` and ``commit`` constraints still bind."""

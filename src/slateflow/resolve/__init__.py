@@ -23,6 +23,7 @@ from .retry import Retry
 from .run import Mode, Run, RunStatus
 from .session import Session
 from .template import Template
+from .tools import ToolClaim, ToolResult
 from .turns import Turn, TurnContext
 from .watchers import Watcher
 
@@ -54,6 +55,8 @@ __all__ = [
     "SystemClock",
     "Template",
     "TextAgent",
+    "ToolClaim",
+    "ToolResult",
     "Turn",
     "TurnContext",
     "Usage",

@@ -25,8 +25,10 @@ from ..errors import SessionError, WaitTimeoutError
 from .background import BackgroundResult, Deliver, Scheduling
 from .clock import wait_on
 from .inbox import Inbox, ToInbox
+from .tools import ToolClaim
 from .turns import (
     VOICE_TIMING_KEY,
+    Admitted,
     Governor,
     Handover,
     Turn,
@@ -225,6 +227,33 @@ class Dialog:
             for hook in list(self.hooks):
                 await self._hook(hook, hook._on_tool(self.session, tool))
         self.publish_timing()
+
+    def admit(self, tool: str) -> ToolClaim:
+        """Whether every flow admits a call of ``tool`` now (the first refusal wins); in observe
+        mode an admitted breach is recorded by its flow and flagged ``violation``."""
+        self.session._check_usable()
+        flagged = ""
+        for governor in self._live():
+            admit: Callable[[str], Admitted] | None = getattr(governor, "admit", None)
+            if admit is None:  # a governor without admit(): its refusal decides
+                reason = governor.refusal(tool)
+                if reason is not None:
+                    return ToolClaim(tool, False, reason)
+                continue
+            admission = admit(tool)
+            if not admission.allowed:
+                return ToolClaim(tool, False, admission.reason)
+            if admission.violation and not flagged:
+                flagged = admission.reason
+        return ToolClaim(tool, True, flagged, violation=bool(flagged))
+
+    def single(self, tool: str) -> bool:
+        """Whether a flow lets ``tool`` succeed only once."""
+        for governor in self._live():
+            single: Callable[[str], bool] | None = getattr(governor, "single", None)
+            if single is not None and single(tool):
+                return True
+        return False
 
     def refusal(self, tool: str) -> str | None:
         for governor in self._live():

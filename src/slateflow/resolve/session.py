@@ -10,7 +10,8 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -45,6 +46,7 @@ from .inbox import Inbox, ToInbox
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
+from .tools import ToolClaim, ToolDesk, ToolResult
 from .turns import Governor, Turn, TurnContext, TurnHook
 from .watchers import Watcher, WatchQueue
 
@@ -204,6 +206,7 @@ class Session:
             on_waiting=on_waiting,
             handover=handover,
         )
+        self._tool_desk = ToolDesk(self._dialog)
         self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
         self._opened_seq = 0
         # Resolvers a resuming flow has taken on re-dispatching: resume() leaves them alone.
@@ -901,6 +904,33 @@ class Session:
         """Why a flow of this session refuses ``tool`` now (for the model), or None if every
         flow admits it."""
         return self._dialog.refusal(tool)
+
+    def claim(self, tool: str) -> AbstractAsyncContextManager[ToolClaim]:
+        """Admit a call of ``tool`` atomically: ``async with session.claim("book") as call:``.
+
+        ``call`` is true when the flows admit it (else ``call.reason`` is the refusal for the
+        model). A tool that may succeed only once (``once``, ``commit``) is held until the
+        block ends: a concurrent call waits, then is refused if this one succeeded, admitted
+        if it failed. Ending the block normally reports the tool as successful (as
+        ``tool_ok``) unless ``call.fail()`` was called; an exception reports nothing. Use it
+        (or :meth:`call_tool`) where a reply's tool calls run concurrently: ``refusal`` then
+        ``tool_ok`` lets two calls of a ``once`` tool both through.
+        """
+        return self._tool_desk.claim(tool)
+
+    async def call_tool(
+        self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
+    ) -> ToolResult:
+        """Run ``fn(**arguments)`` as a call of ``tool``, admitted through :meth:`claim`.
+
+        Returns a :class:`ToolResult`: refused (``allowed`` False, ``reason`` for the model) or
+        the value ``fn`` returned (awaited if it is a coroutine). Identical concurrent calls
+        (same tool, same arguments, key order aside) share one execution: each caller gets its
+        result (``shared`` True for all but the first); if it raises, the first caller gets
+        the exception and the others :class:`~slateflow.errors.ToolCallError`. An exception
+        from ``fn`` propagates and the tool is not counted as successful.
+        """
+        return await self._tool_desk.call(tool, fn, arguments)
 
     # -- deliveries --------------------------------------------------------------------------
 

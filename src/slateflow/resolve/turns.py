@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VOICE_TIMING_KEY",
+    "Admitted",
     "Governor",
     "Handover",
     "TellMarker",
@@ -67,6 +68,17 @@ at user turn ``n``; returned by ``Governor.told_marker`` and called when the con
 over."""
 
 
+class Admitted(Protocol):
+    """A governor's answer to ``admit(tool)`` (the flow layer's ``Admission``)."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def violation(self) -> bool: ...
+
+
 @runtime_checkable
 class Governor(Protocol):
     """A running flow as the session sees it: it advances on turns and tool calls and says what
@@ -75,6 +87,11 @@ class Governor(Protocol):
     ``abort_turn`` undoes ``begin_turn`` for a turn that was cancelled or failed before the flow
     counted it; ``told_marker`` captures the steps speaking now, to record them as told when
     the context carrying their postures is handed to the model.
+
+    Two optional methods serve tool claims (``Session.claim``): ``admit(tool)`` answers a call
+    with an :class:`Admitted` (recording a violation in observe mode; without it ``refusal``
+    decides), and ``single(tool)`` says whether ``tool`` may succeed only once (``once``,
+    ``commit``), so concurrent calls of it are held one at a time.
     """
 
     def begin_turn(self) -> None: ...

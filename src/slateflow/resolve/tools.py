@@ -1,0 +1,191 @@
+"""Tool calls that claim their admission: no check-then-act between a reply's concurrent calls.
+
+Voice frameworks run the tool calls of one model reply concurrently. Asking ``refusal(tool)``
+and reporting ``tool_ok(tool)`` afterwards lets two calls of a ``once`` tool both pass the check
+before either reports (two bookings). A :class:`ToolDesk` closes that gap:
+
+* :meth:`ToolDesk.claim` admits a call and, for a tool that may succeed only once (``once``,
+  ``commit``), holds the tool until the call ends: a second call waits, then is admitted or
+  refused on what the first came to (refused after a success, admitted after a failure).
+* :meth:`ToolDesk.call` runs a tool through a claim, and lets identical concurrent calls (same
+  tool, same canonical arguments) share one execution, each caller getting its result. Models
+  routinely emit the same call twice in one reply.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import SessionError, ToolCallError
+
+if TYPE_CHECKING:
+    from .dialog import Dialog
+
+__all__ = ["ToolClaim", "ToolDesk", "ToolResult"]
+
+
+class ToolClaim:
+    """An admitted (or refused) call of ``tool``, yielded by ``session.claim(tool)``.
+
+    True when the call may go ahead; ``reason`` is the refusal for the model (or, in observe
+    mode, the would-be refusal of an admitted ``violation``). Leaving the ``async with`` block
+    without an exception reports the tool as successful (``tool_ok``) unless :meth:`fail` was
+    called; an exception reports nothing.
+    """
+
+    __slots__ = ("_failed", "allowed", "reason", "tool", "violation")
+
+    def __init__(self, tool: str, allowed: bool, reason: str = "", violation: bool = False):
+        self.tool = tool
+        self.allowed = allowed
+        self.reason = reason
+        self.violation = violation
+        self._failed = False
+
+    def fail(self) -> None:
+        """The tool ran but did not succeed (no table was free): do not count it as done, so a
+        ``once`` tool may be called again."""
+        self._failed = True
+
+    @property
+    def failed(self) -> bool:
+        """Whether :meth:`fail` was called."""
+        return self._failed
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    def __repr__(self) -> str:
+        state = "admitted" if self.allowed else "refused"
+        return f"<ToolClaim {self.tool!r} {state}{' (violation)' if self.violation else ''}>"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What ``session.call_tool`` came to.
+
+    ``allowed`` False: the call was refused and ``reason`` says why, for the model. Otherwise
+    ``value`` is what the tool returned; ``shared`` is True for a caller that got the result
+    of an identical call already running, instead of running the tool again.
+    """
+
+    tool: str
+    allowed: bool
+    value: Any = None
+    reason: str = ""
+    shared: bool = False
+    violation: bool = False
+
+
+@dataclass(slots=True)
+class _Running:
+    """One execution that identical calls share."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: ToolResult | None = None
+    error: BaseException | None = None
+
+
+class ToolDesk:
+    """Claims and runs tool calls for one session's dialog (see the module docstring)."""
+
+    def __init__(self, dialog: Dialog) -> None:
+        self._dialog = dialog
+        self._held: dict[str, anyio.Event] = {}  # once-only tools with a call in flight
+        self._running: dict[tuple[str, str], _Running] = {}
+
+    @asynccontextmanager
+    async def claim(self, tool: str) -> AsyncIterator[ToolClaim]:
+        """Admit a call of ``tool`` atomically; see :class:`ToolClaim`."""
+        _check_tool(tool, "claim")
+        while (held := self._held.get(tool)) is not None:
+            await held.wait()  # then decide on what that call came to
+        # No await from here to the hold: nothing can slip between the check and the claim.
+        claim = self._dialog.admit(tool)
+        if not claim.allowed:
+            yield claim
+            return
+        release: anyio.Event | None = None
+        if self._dialog.single(tool):
+            release = self._held[tool] = anyio.Event()
+        try:
+            yield claim
+            if not claim.failed:
+                # The side effect happened: count it even if the caller is cancelled now.
+                with anyio.CancelScope(shield=True):
+                    await self._dialog.tool_ok(tool)
+        finally:
+            if release is not None:
+                del self._held[tool]
+                release.set()
+
+    async def call(
+        self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
+    ) -> ToolResult:
+        """Run ``fn(**arguments)`` as a call of ``tool`` under a claim; identical concurrent
+        calls share one execution. See ``Session.call_tool``."""
+        _check_tool(tool, "call_tool")
+        if not callable(fn):
+            raise TypeError(f"call_tool({tool!r}) takes the tool's function, got {fn!r}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise TypeError(
+                f"call_tool({tool!r}) takes the arguments as a mapping of names to values, "
+                f"got {type(arguments).__name__}"
+            )
+        args = dict(arguments or {})
+        key = (tool, _canonical(args))
+        running = self._running.get(key)
+        if running is not None:
+            await running.done.wait()
+            return _shared(tool, running)
+        running = self._running[key] = _Running()
+        try:
+            async with self.claim(tool) as claim:
+                if not claim:
+                    running.result = ToolResult(tool, False, reason=claim.reason)
+                else:
+                    value = fn(**args)
+                    if inspect.isawaitable(value):
+                        value = await value
+                    running.result = ToolResult(
+                        tool, True, value, reason=claim.reason, violation=claim.violation
+                    )
+        except BaseException as exc:
+            running.error = exc
+            raise
+        finally:
+            del self._running[key]
+            running.done.set()
+        return running.result
+
+
+def _shared(tool: str, running: _Running) -> ToolResult:
+    if running.result is not None and running.error is None:
+        r = running.result
+        return ToolResult(tool, r.allowed, r.value, r.reason, True, r.violation)
+    error = running.error
+    if error is None or isinstance(error, anyio.get_cancelled_exc_class()):
+        raise ToolCallError(
+            f"tool {tool!r}: the identical call this one shared was cancelled before it "
+            "finished; call it again"
+        )
+    raise ToolCallError(
+        f"tool {tool!r} failed in the identical call this one shared: {error!r}"
+    ) from error
+
+
+def _canonical(args: dict[str, Any]) -> str:
+    """The arguments as canonical text: equal for equal JSON, key order aside."""
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _check_tool(tool: object, what: str) -> None:
+    if type(tool) is not str or not tool:
+        raise SessionError(f"{what} takes the tool's name (a non-empty str), got {tool!r}")

@@ -1,0 +1,302 @@
+"""Tool calls claim their admission: a reply's concurrent calls of a ``once`` tool cannot both get
+through, identical concurrent calls share one execution, and a failed call leaves the tool free.
+
+Voice frameworks run the tool calls of one model reply concurrently; these tests do the same
+with a task group, and hold tools open on events (never sleeps) to make the calls overlap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from slateflow import (
+    Flow,
+    Session,
+    State,
+    Step,
+    ToolResult,
+    called_ok,
+    commit,
+    is_true,
+    once,
+)
+from slateflow.errors import SessionError, ToolCallError
+
+pytestmark = pytest.mark.anyio
+
+
+def booking(*, enforcement: str = "enforce") -> tuple[State, Session, Any]:
+    state = State()
+    flow = Flow(
+        "booking",
+        [
+            Step("collect", allow=["book_table", "lookup", "pay"], done=called_ok("book_table")),
+            Step("bye", terminal=True),
+        ],
+        constraints=[once("book_table"), commit("pay", until=is_true("confirmed"))],
+    )
+    session = Session(state)
+    return state, session, (flow, enforcement)
+
+
+class Desk:
+    """A tool that counts its executions and can be held open until released."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[str] = Counter()
+        self.inside = 0
+        self.peak = 0
+        self.gate: anyio.Event | None = None
+        self.started = anyio.Event()
+        self.fail_first = False
+
+    async def book(self, party: int, time: str = "19:00") -> str:
+        key = f"{party}@{time}"
+        self.runs[key] += 1
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        self.started.set()
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.fail_first and sum(self.runs.values()) == 1:
+                raise RuntimeError("the restaurant's API timed out")
+            return f"booked {key}"
+        finally:
+            self.inside -= 1
+
+
+async def reply(session: Session, *calls: tuple[str, Any, dict[str, Any]]) -> list[Any]:
+    """Run one model reply's tool calls concurrently, as a voice framework does; each slot holds
+    the ToolResult or the exception its call raised."""
+    results: list[Any] = [None] * len(calls)
+
+    async def one(i: int, tool: str, fn: Any, args: dict[str, Any]) -> None:
+        try:
+            results[i] = await session.call_tool(tool, fn, args)
+        except Exception as exc:
+            results[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i, (tool, fn, args) in enumerate(calls):
+            tg.start_soon(one, i, tool, fn, args)
+    return results
+
+
+async def test_two_different_calls_of_a_once_tool_in_one_reply_book_once() -> None:
+    _state, session, (flow, _) = booking()
+    desk = Desk()
+    async with session:
+        runner = session.run_flow(flow)
+        results = await reply(
+            session,
+            ("book_table", desk.book, {"party": 4}),
+            ("book_table", desk.book, {"party": 5}),
+        )
+    admitted = [r for r in results if r.allowed]
+    refused = [r for r in results if not r.allowed]
+    assert len(admitted) == 1
+    assert len(refused) == 1
+    assert sum(desk.runs.values()) == 1  # one booking, not two
+    assert desk.peak == 1
+    assert "may run only once" in refused[0].reason
+    assert runner.is_complete
+
+
+async def test_identical_calls_in_one_reply_share_one_execution() -> None:
+    _, session, (flow, _) = booking()
+    desk = Desk()
+    desk.gate = anyio.Event()
+    async with session:
+        session.run_flow(flow)
+        async with anyio.create_task_group() as tg:
+            results: list[ToolResult] = []
+
+            async def call(args: dict[str, Any]) -> None:
+                results.append(await session.call_tool("book_table", desk.book, args))
+
+            tg.start_soon(call, {"party": 4, "time": "20:00"})
+            tg.start_soon(call, {"time": "20:00", "party": 4})  # same call, keys reordered
+            await desk.started.wait()
+            await anyio.lowlevel.checkpoint()
+            desk.gate.set()
+    assert desk.runs == {"4@20:00": 1}
+    assert [r.value for r in results] == ["booked 4@20:00", "booked 4@20:00"]
+    assert sorted(r.shared for r in results) == [False, True]
+    assert all(r.allowed for r in results)
+
+
+async def test_a_failed_call_leaves_a_once_tool_free_for_the_waiting_one() -> None:
+    _, session, (flow, _) = booking()
+    desk = Desk()
+    desk.fail_first = True
+    async with session:
+        session.run_flow(flow)
+        results = await reply(
+            session,
+            ("book_table", desk.book, {"party": 4}),
+            ("book_table", desk.book, {"party": 5}),
+        )
+    errors = [r for r in results if isinstance(r, Exception)]
+    booked = [r for r in results if isinstance(r, ToolResult)]
+    assert [str(e) for e in errors] == ["the restaurant's API timed out"]
+    assert len(booked) == 1
+    assert booked[0].allowed
+    assert sum(desk.runs.values()) == 2
+
+
+async def test_callers_sharing_a_failed_call_get_a_tool_call_error() -> None:
+    _, session, (flow, _) = booking()
+    desk = Desk()
+    desk.fail_first = True
+    desk.gate = anyio.Event()
+    async with session:
+        session.run_flow(flow)
+        results: list[Any] = []
+
+        async def call() -> None:
+            try:
+                results.append(await session.call_tool("book_table", desk.book, {"party": 2}))
+            except Exception as exc:
+                results.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            tg.start_soon(call)
+            await desk.started.wait()
+            await anyio.lowlevel.checkpoint()
+            desk.gate.set()
+    assert desk.runs == {"2@19:00": 1}
+    first, second = results
+    assert isinstance(first, RuntimeError)
+    assert isinstance(second, ToolCallError)
+    assert "'book_table' failed in the identical call" in str(second)
+    assert second.__cause__ is first
+
+
+async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
+    _, session, (flow, _) = booking()
+    order: list[str] = []
+    async with session:
+        session.run_flow(flow)
+        inside = anyio.Event()
+        release = anyio.Event()
+
+        async def first() -> None:
+            async with session.claim("book_table") as call:
+                assert call
+                order.append("first in")
+                inside.set()
+                await release.wait()
+                order.append("first out")
+
+        async def second() -> None:
+            await inside.wait()
+            async with session.claim("book_table") as call:
+                order.append(f"second {'admitted' if call else 'refused'}")
+                assert "only once" in call.reason
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            tg.start_soon(second)
+            await inside.wait()
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            order.append("released")
+            release.set()
+    assert order == ["first in", "released", "first out", "second refused"]
+
+
+async def test_a_claim_marked_failed_is_not_counted() -> None:
+    _, session, (flow, _) = booking()
+    async with session:
+        runner = session.run_flow(flow)
+        async with session.claim("book_table") as call:
+            call.fail()  # no table free: ran, but did not succeed
+        assert runner.active_steps == ["collect"]
+        async with session.claim("book_table") as again:
+            assert again
+        assert runner.is_complete  # counted: collect done, the terminal step reached
+        async with session.claim("book_table") as third:
+            assert not third
+
+
+async def test_an_exception_in_a_claim_reports_nothing() -> None:
+    _, session, (flow, _) = booking()
+    async with session:
+        runner = session.run_flow(flow)
+        with pytest.raises(ValueError, match="card declined"):
+            async with session.claim("book_table"):
+                raise ValueError("card declined")
+        assert runner.active_steps == ["collect"]
+        assert await session.call_tool("book_table", lambda: "booked") == ToolResult(
+            "book_table", True, "booked"
+        )
+
+
+async def test_calls_of_an_unlimited_tool_run_concurrently() -> None:
+    _, session, (flow, _) = booking()
+    desk = Desk()
+    desk.gate = anyio.Event()
+    async with session:
+        session.run_flow(flow)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.call_tool, "lookup", desk.book, {"party": 1})
+            tg.start_soon(session.call_tool, "lookup", desk.book, {"party": 2})
+            while desk.inside < 2:
+                await anyio.lowlevel.checkpoint()
+            desk.gate.set()
+    assert desk.peak == 2
+
+
+async def test_a_refused_call_runs_nothing_and_says_why() -> None:
+    _, session, (flow, _) = booking()
+    ran: list[str] = []
+    async with session:
+        session.run_flow(flow)
+        result = await session.call_tool("pay", lambda: ran.append("pay"))
+        other = await session.call_tool("transfer", lambda: ran.append("transfer"))
+    assert ran == []
+    assert not result.allowed
+    assert "first, 'confirmed' must be true" in result.reason
+    assert not other.allowed
+    assert "not part of the current step" in other.reason
+
+
+async def test_in_observe_mode_a_breach_runs_flagged_and_audited() -> None:
+    _, session, (flow, _) = booking()
+    async with session:
+        runner = session.run_flow(flow, enforcement="observe")
+        result = await session.call_tool("pay", lambda amount: f"paid {amount}", {"amount": 5})
+    assert result.allowed
+    assert result.violation
+    assert result.value == "paid 5"
+    assert [v.tool for v in runner.violations] == ["pay"]
+
+
+async def test_a_tool_call_with_no_flow_is_admitted() -> None:
+    async with Session(State()) as session:
+        result = await session.call_tool("anything", lambda: 42)
+    assert result == ToolResult("anything", True, 42)
+
+
+@pytest.mark.parametrize(
+    ("tool", "fn", "args", "error"),
+    [
+        ("", lambda: 1, None, SessionError),
+        (3, lambda: 1, None, SessionError),
+        ("t", "not callable", None, TypeError),
+        ("t", lambda: 1, [("a", 1)], TypeError),
+    ],
+)
+async def test_bad_tool_calls_are_refused_with_a_clear_error(
+    tool: Any, fn: Any, args: Any, error: type[Exception]
+) -> None:
+    async with Session(State()) as session:
+        with pytest.raises(error, match=r"call_tool|tool"):
+            await session.call_tool(tool, fn, args)
