@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import InvalidKeyError, ResolverDefinitionError
 from ..state import Actor, Key, State, error_key, result_key, status_key
-from ..state.keys import META_PREFIX, check_key
+from ..state.keys import META_PREFIX, check_key, compile_pattern
 from ..state.provenance import Stamp
 from .clock import SYSTEM_CLOCK, Clock
 from .llm import LLM, LLMRequest, usage_meta
@@ -96,12 +96,39 @@ class ResolverOptions(TypedDict, total=False):
     """Options every resolver accepts (see :class:`Resolver`)."""
 
     reads: Iterable[str | Key[Any]] | None
+    writes: Iterable[str | Key[Any]] | str | None
     reactive: bool
     debounce: float
     timeout: float | None
     retry: Retry | None
     ttl: float | None
     on_conflict: OnConflict
+
+
+def _writes(name: str, writes: object) -> tuple[str, ...]:
+    """The declared extra keys or patterns, checked: valid, and none of the runtime's."""
+    if writes is None:
+        return ()
+    items = [writes] if isinstance(writes, str | Key) else writes
+    if not isinstance(items, Iterable):
+        raise ResolverDefinitionError(
+            f"resolver {name!r}: writes must be a key, a pattern or a list of them, got "
+            f"{type(writes).__name__}"
+        )
+    found: list[str] = []
+    for item in items:
+        text = item.name if isinstance(item, Key) else item
+        try:
+            compile_pattern(text)
+        except InvalidKeyError as exc:
+            raise ResolverDefinitionError(f"resolver {name!r}: writes: {exc}") from None
+        if str(text).startswith(META_PREFIX):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: writes {text!r}, but 'state_meta:' keys are read-only views "
+                "of provenance"
+            )
+        found.append(str(text))
+    return tuple(dict.fromkeys(found))
 
 
 def _seconds(name: str, field: str, value: object, *, allow_zero: bool) -> float | None:
@@ -145,8 +172,11 @@ class Resolver:
     ``"parallel"`` runs both).
 
     While the source runs, its writes to the State are fenced: it may write its own
-    ``<name>:*`` keys (stamped with its source and name) except the three above, which belong to
-    the runtime; anything else raises :class:`~slateflow.errors.PolicyViolation`.
+    ``<name>:*`` keys except the three above, which belong to the runtime, and the keys it
+    declares with ``writes`` (keys or patterns, e.g. ``writes=["booking:*"]``); anything else
+    raises :class:`~slateflow.errors.PolicyViolation` and fails the run. Every write is stamped
+    with its source and name (provenance ``writer``) and still passes the State's policies
+    (read-only keys, declared writers, schemas).
     """
 
     __slots__ = (
@@ -169,6 +199,7 @@ class Resolver:
         "template",
         "timeout",
         "ttl",
+        "writes",
     )
 
     def __init__(
@@ -180,6 +211,7 @@ class Resolver:
         template: Template | None = None,
         check: Callable[[Any], None] | None = None,
         reads: Iterable[str | Key[Any]] | None = None,
+        writes: Iterable[str | Key[Any]] | str | None = None,
         reactive: bool = False,
         debounce: float = 0.05,
         timeout: float | None = None,
@@ -218,8 +250,13 @@ class Resolver:
         self.refresh_error = frozenset([self.error_key])
         # Built once: the provenance of its status writes, and the fence around its source.
         self.stamp = Stamp(kind, name, None, None)
+        self.writes = _writes(name, writes)
+        """The keys (or patterns) beyond its own ``<name>:*`` that its source may write."""
         self.actor = Actor(
-            name, kind, [f"{name}:*"], [self.result_key, self.error_key, self.status_key]
+            name,
+            kind,
+            [f"{name}:*", *self.writes],
+            [self.result_key, self.error_key, self.status_key],
         )
         if reads is None:
             names: tuple[str, ...] = template.keys if template is not None else ()

@@ -34,7 +34,8 @@ class Actor:
             except_ = f" except {denied}, which belong to the runtime" if denied else ""
             raise PolicyViolation(
                 f"{self.writer!r} may not write {key!r} while it runs: it may write only "
-                f"{allowed}{except_}; return the value instead, or write the key elsewhere"
+                f"{allowed}{except_}; return the value instead, declare the key (a resolver's "
+                "writes=[...]), or write it elsewhere"
             )
         if source == "user" and writer is None:
             return self.source, self.writer
