@@ -26,7 +26,15 @@ if TYPE_CHECKING:
     from ..resolve.session import Session
     from ..resolve.turns import Turn
 
-__all__ = ["Extract", "ExtractionResult", "Extractor", "Field", "Trigger", "TurnExtractor"]
+__all__ = [
+    "DEFAULT_MAX_HISTORY",
+    "Extract",
+    "ExtractionResult",
+    "Extractor",
+    "Field",
+    "Trigger",
+    "TurnExtractor",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +115,10 @@ class Trigger:
         return self.kind == "every_turn" or (self.kind == "every" and number % self.n == 0)
 
 
+DEFAULT_MAX_HISTORY = 1_000
+"""Runs an extractor keeps in ``history`` unless told otherwise."""
+
+
 class TurnExtractor:
     """What every extractor shares: promotion of found values, triggers, the completion action
     and the session hooks. :class:`Extractor` (recognizers) and ``LLMExtractor`` build on it."""
@@ -119,7 +131,12 @@ class TurnExtractor:
         window: int,
         triggers: tuple[Trigger, ...] = (Trigger.every_turn(),),
         completion: OnEnter | None = None,
+        max_history: int = DEFAULT_MAX_HISTORY,
     ) -> None:
+        if type(max_history) is not int or max_history < 1:
+            raise ExtractDefinitionError(
+                f"extractor {name!r}: max_history must be a positive int, got {max_history!r}"
+            )
         self.name = name
         self.fields = fields
         self.checks = checks
@@ -128,7 +145,9 @@ class TurnExtractor:
         self.completion = completion
         self.turns: deque[str] = deque(maxlen=window)
         self.history: list[ExtractionResult] = []
-        """Every run's result, oldest first (why each value was or was not written)."""
+        """The last ``max_history`` runs' results, oldest first (why each value was or was not
+        written)."""
+        self.max_history = max_history
         self._completed = False
 
     async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
@@ -182,8 +201,15 @@ class TurnExtractor:
                         confidence=confidence,
                     )
         result = ExtractionResult(self.name, tuple(decisions), proposed)
-        self.history.append(result)
+        self.remember(result)
         return result
+
+    def remember(self, result: ExtractionResult) -> None:
+        """Add ``result`` to ``history``, dropping the oldest past ``max_history``."""
+        history = self.history
+        history.append(result)
+        if len(history) > self.max_history:
+            del history[: len(history) - self.max_history]
 
     # -- the session's hooks (called by Session.user_turn / tool_ok / flows) ------------------
 
@@ -231,6 +257,7 @@ class Extract:
         self._window = 1
         self._triggers: tuple[Trigger, ...] = (Trigger.every_turn(),)
         self._completion: OnEnter | None = None
+        self._max_history = DEFAULT_MAX_HISTORY
 
     def field(self, name: str, recognizer: Recognizer, rule: Rule | None = None) -> Extract:
         """Recognise field ``name`` with ``recognizer``; it is written to ``{extractor}:{name}``
@@ -257,6 +284,15 @@ class Extract:
     def window(self, turns: int) -> Extract:
         """Read the last ``turns`` user turns together (default 1: only the newest)."""
         self._window = check_window(self.name, turns)
+        return self
+
+    def keep_history(self, runs: int) -> Extract:
+        """Keep the results of the last ``runs`` runs in ``history`` (default 1,000)."""
+        if type(runs) is not int or runs < 1:
+            raise ExtractDefinitionError(
+                f"extractor {self.name!r}: keep_history takes a positive int, got {runs!r}"
+            )
+        self._max_history = runs
         return self
 
     def trigger(self, *triggers: Trigger) -> Extract:
@@ -292,6 +328,7 @@ class Extract:
             self._window,
             self._triggers,
             self._completion,
+            self._max_history,
         )
 
 

@@ -22,6 +22,7 @@ from ..flow.steps import OnEnter
 from ..resolve.llm import LLM, LLMRequest
 from ..state import State
 from .extract import (
+    DEFAULT_MAX_HISTORY,
     ExtractionResult,
     Field,
     Trigger,
@@ -157,7 +158,8 @@ class LLMExtractor(TurnExtractor):
       ``on_complete`` (``run(resolver, mode)``) work as for ``Extract``
       (``Trigger.every(2)`` keeps a slow model off every turn).
     - ``instructions`` are added to the prompt; ``confidence`` is recorded with each value (an
-      LLM gives none of its own); ``llm_model`` is passed as the request's model.
+      LLM gives none of its own); ``llm_model`` is passed as the request's model;
+      ``max_history`` runs are kept in ``history`` (default 1,000).
 
     The prompt lists each field with its type and ``description``, the values already known
     (a secret key's value is never shown) and the window of turns. Only the fields the reply
@@ -185,6 +187,7 @@ class LLMExtractor(TurnExtractor):
         instructions: str | None = None,
         confidence: float = 0.8,
         llm_model: str | None = None,
+        max_history: int = DEFAULT_MAX_HISTORY,
     ) -> None:
         if type(name) is not str or not name:
             raise ExtractDefinitionError(f"an extractor name is a non-empty string, got {name!r}")
@@ -236,6 +239,7 @@ class LLMExtractor(TurnExtractor):
             check_window(name, window),
             check_triggers(name, tuple(triggers)),
             on_complete,
+            max_history,
         )
         self.llm = llm
         self.model = model
@@ -336,7 +340,7 @@ class LLMExtractor(TurnExtractor):
         log.warning("%s; nothing was written", message)
         values = {f.name: state.get(f.key) for f in self.fields}
         result = ExtractionResult(self.name, (), values, error=message)
-        self.history.append(result)
+        self.remember(result)
         return result
 
     def __repr__(self) -> str:

@@ -24,7 +24,7 @@ import anyio
 from ..errors import SessionError, WaitTimeoutError
 from .background import BackgroundResult, Deliver, Scheduling
 from .clock import wait_on
-from .inbox import Inbox, ToInbox
+from .inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
 from .tools import ToolClaim
 from .turns import (
     VOICE_TIMING_KEY,
@@ -41,7 +41,7 @@ from .turns import (
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["DELIVERED_KEY", "Dialog", "HandoverMode"]
+__all__ = ["DEFAULT_MAX_TRANSCRIPT", "DELIVERED_KEY", "Dialog", "HandoverMode"]
 
 log = logging.getLogger("slateflow.resolve")
 
@@ -59,6 +59,10 @@ def _closed(runner: object) -> bool:
     return bool(getattr(runner, "closed", False))
 
 
+DEFAULT_MAX_TRANSCRIPT = 10_000
+"""Turns a session keeps in ``transcript`` (about 2 MB of typical turns)."""
+
+
 class Dialog:
     """The turns and deliveries of one Session; made by the Session (see the module docs)."""
 
@@ -71,6 +75,8 @@ class Dialog:
         on_delivery: Deliver | None,
         on_waiting: Deliver | None,
         handover: HandoverMode,
+        max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+        max_waiting: int = DEFAULT_INBOX_LIMIT,
     ) -> None:
         if redact is not None and not callable(redact):
             raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
@@ -79,6 +85,9 @@ class Dialog:
                 raise TypeError(f"{name} must be a callable or None, got {fn!r}")
         if handover not in ("auto", "explicit"):
             raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
+        for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
+            if type(limit) is not int or limit < 1:
+                raise ValueError(f"{name} must be a positive int, got {limit!r}")
         self.session = session
         self.state = session.state
         self.redact = redact
@@ -88,7 +97,8 @@ class Dialog:
         self.handover: HandoverMode = handover
         self.transcript: list[Turn] = []
         self.cancelled_turns: list[Turn] = []
-        self.inbox = Inbox(self._landed)
+        self.max_transcript = max_transcript
+        self.inbox = Inbox(self._landed, limit=max_waiting)
         self.hooks: list[TurnHook] = []
         self.governors: list[Governor] = []
         self.lock: anyio.Lock | None = None
@@ -100,7 +110,7 @@ class Dialog:
         self._pending: Handover | None = None
         self._timing: Any = None
         self._waiting: list[anyio.Event] = []
-        self._base = 0  # the turns a recovered call had before this session
+        self._base = 0  # the turns a recovered call had before this session, or dropped
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -119,6 +129,16 @@ class Dialog:
     def user_turns(self, after: int = 0) -> list[Turn]:
         """The user turns of the transcript numbered above ``after``, oldest first."""
         return [t for t in self.transcript if t.speaker == "user" and t.number > after]
+
+    def _keep(self, turns: list[Turn], turn: Turn) -> None:
+        """Append ``turn`` to ``turns``, dropping the oldest past ``max_transcript``."""
+        turns.append(turn)
+        over = len(turns) - self.max_transcript
+        if over > 0:
+            for old in turns[:over]:
+                if old.speaker == "user":
+                    self._base = max(self._base, old.number)  # numbering goes on
+            del turns[:over]
 
     def _number(self) -> int:
         for turn in reversed(self.transcript):
@@ -143,7 +163,7 @@ class Dialog:
             clean = self.redact(text) if self.redact is not None else text
             turn = Turn(self._number() + 1, clean, session.clock.time())
             before = state.get("session:turn")
-            self.transcript.append(turn)
+            self._keep(self.transcript, turn)
             governors = self._live()
             begun: list[Governor] = []
             counted: list[Governor] = []
@@ -177,7 +197,7 @@ class Dialog:
         """A turn that did not complete is not taken (see the module docs)."""
         if turn in self.transcript:
             self.transcript.remove(turn)
-        self.cancelled_turns.append(turn)
+        self._keep(self.cancelled_turns, turn)
         for governor in uncounted:
             try:
                 governor.abort_turn()
@@ -210,7 +230,7 @@ class Dialog:
             raise TypeError(f"agent_said takes the text the agent said, got {type(text).__name__}")
         clean = self.redact(text) if self.redact is not None else text
         turn = Turn(self._number(), clean, self.session.clock.time(), "agent")
-        self.transcript.append(turn)
+        self._keep(self.transcript, turn)
         pending = self._pending
         if pending is not None and pending.status == "pending":
             pending.confirm()  # the agent spoke from it: the model had it

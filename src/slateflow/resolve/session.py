@@ -41,8 +41,8 @@ from .background import (
     default_result,
 )
 from .clock import SYSTEM_CLOCK, Clock, wait_on
-from .dialog import Dialog, HandoverMode
-from .inbox import Inbox, ToInbox
+from .dialog import DEFAULT_MAX_TRANSCRIPT, Dialog, HandoverMode
+from .inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
@@ -128,7 +128,10 @@ class Session:
     everything else waits for the next context, and ``on_waiting`` (sync or async) is told each
     time a result starts waiting for the model between turns. ``handover`` says what building a
     turn context does to the last one not yet confirmed: ``"auto"`` (default) counts it as
-    handed to the model, ``"explicit"`` as dropped (see :class:`TurnContext`).
+    handed to the model, ``"explicit"`` as dropped (see :class:`TurnContext`). What grows with
+    a call is bounded: ``transcript`` (and ``cancelled_turns``) keep the last ``max_transcript``
+    turns (default 10,000; numbering goes on), and at most ``max_waiting`` background results
+    wait for the model (default 256; a newer result of a resolver replaces its older one).
     ``on_exit="cancel"`` (default) cancels what is still running when the block ends;
     ``on_exit="wait"`` waits for it first (reactions and watchers stop either way). A resolver's
     exception never escapes the session: it becomes the run's error. A source that ignores
@@ -157,6 +160,8 @@ class Session:
         on_delivery: Deliver | None = None,
         on_waiting: Deliver | None = None,
         handover: HandoverMode = "auto",
+        max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+        max_waiting: int = DEFAULT_INBOX_LIMIT,
     ) -> None:
         if not isinstance(state, State):
             raise TypeError(f"Session needs a State, got {type(state).__name__}")
@@ -205,6 +210,8 @@ class Session:
             on_delivery=on_delivery,
             on_waiting=on_waiting,
             handover=handover,
+            max_transcript=max_transcript,
+            max_waiting=max_waiting,
         )
         self._tool_desk = ToolDesk(self._dialog)
         self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
