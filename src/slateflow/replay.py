@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from .errors import StoreCorruptError, StoreError
 from .state.records import SECRET_MASK
+from .state.sealing import is_sealed
 from .stores.base import Store
 from .stores.records import CommitRow
 from .stores.sqlite import SQLiteStore
@@ -184,7 +185,7 @@ def timeline(
             loaded.base, key=lambda row: row[0]
         ):
             if shown(key):
-                mask = hidden(key)
+                mask = hidden(key) or is_sealed(value)
                 base.append(
                     ReplayEntry(
                         key,
@@ -206,7 +207,8 @@ def timeline(
         for key, value, version, source, writer, confidence, meta in commit[3]:
             if shown(key):
                 old = values.get(key, _ABSENT)
-                mask = hidden(key)
+                # Sealed with an encryption key this replay does not have: shown as ***.
+                mask = hidden(key) or is_sealed(value) or is_sealed(old)
                 changes.append(
                     ReplayChange(
                         key,

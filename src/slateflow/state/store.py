@@ -43,6 +43,7 @@ from .provenance import Provenance, Stamp, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation, RawChange
 from .schema import Schemas, explain, validate_with
 from .scopes import ReadOnlyView, ScopedView
+from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
 from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription, SubscriptionIndex
 from .transaction import Transaction
@@ -1272,6 +1273,13 @@ class State:
                         secret=secret,
                     )
                 )
+        if secret and self.durable and not isinstance(self._store, SealedStore):
+            log.warning(
+                "secret values of %r will be stored in clear in %s: open it with "
+                "State.open(path, encryption_key=...) to encrypt them",
+                pattern,
+                getattr(self._store, "path", "the store"),
+            )
         return self._policy
 
     def is_secret(self, key: str | Key[Any]) -> bool:
@@ -1380,6 +1388,7 @@ class State:
         journal_size: int = 1024,
         clock: Callable[[], float] | None = None,
         sinks: Iterable[JournalSink] = (),
+        encryption_key: EncryptionKey | None = None,
     ) -> State:
         """Open the durable state kept in the SQLite file at ``path``, creating or recovering it.
 
@@ -1390,17 +1399,31 @@ class State:
         ``"sync"``: a write returns once its commit is on disk. Close it (or use ``with``) to
         write what is queued. Raises :class:`~slateflow.errors.StoreCorruptError` for a file
         that is not a readable store.
+
+        ``encryption_key`` (needs ``slateflow[crypto]``) encrypts the values of secret keys
+        before they reach the file (see :mod:`slateflow.state.sealing`); a file holding such
+        values refuses to open without it. Declare secret policies before writing them (pass
+        ``policy=``): a value written before its key was marked secret is stored in clear.
         """
         from ..stores.sqlite import SQLiteStore
 
+        policy = policy if policy is not None else Policy()
+        sealer = Sealer(encryption_key) if encryption_key is not None else None
         store = SQLiteStore(path, durability=durability)
+        backing: Store = store if sealer is None else SealedStore(store, sealer, policy.is_secret)
         try:
-            return cls(
-                policy=policy, journal_size=journal_size, clock=clock, sinks=sinks, store=store
+            state = cls(
+                policy=policy, journal_size=journal_size, clock=clock, sinks=sinks, store=backing
             )
         except BaseException:
             store.close()
             raise
+        if sealer is None:
+            sealed = next((k for k, row in state._entries.items() if is_sealed(row[0])), None)
+            if sealed is not None:
+                store.close()
+                raise needs_key(path, sealed)
+        return state
 
     @property
     def store(self) -> Store | None:

@@ -1,0 +1,186 @@
+"""Encryption at rest: with an encryption key, the values of secret keys never reach the file in
+clear; they come back exactly with the key, the file refuses to open without it, and replay
+shows them as ***."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slateflow import State
+from slateflow.errors import StoreError
+from slateflow.replay import replay
+from slateflow.state.policy import Policy
+from slateflow.state.sealing import SealedStore, new_key
+
+CARD = "4111111111111111"
+
+
+def secret_policy() -> Policy:
+    policy = Policy()
+    state = State(policy=policy)
+    state.policy("card:*", secret=True)
+    return policy
+
+
+def on_disk(path: Path) -> bytes:
+    """Every byte of the store: the main file and its -wal."""
+    data = b""
+    for suffix in ("", "-wal"):
+        part = Path(f"{path}{suffix}")
+        if part.exists():
+            data += part.read_bytes()
+    return data
+
+
+def write_call(path: Path, key: str) -> None:
+    with State.open(path, policy=secret_policy(), encryption_key=key) as state:
+        state.set("card:number", CARD)
+        state.set("card:meta", {"brand": "visa", "last4": [1, 1, 1, 1]})
+        state.set("booking:size", 4)
+        state.flush()
+        assert CARD.encode() not in on_disk(path)  # not even in the WAL while open
+
+
+def test_secret_values_never_reach_the_file_in_clear(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    write_call(path, new_key())
+    data = on_disk(path)
+    assert CARD.encode() not in data
+    assert b"visa" not in data
+    assert b"booking:size" in data  # other keys are stored as they were
+
+
+def test_the_key_opens_them_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    key = new_key()
+    write_call(path, key)
+    with State.open(path, policy=secret_policy(), encryption_key=key) as state:
+        assert state.get("card:number") == CARD
+        assert state.get("card:meta") == {"brand": "visa", "last4": [1, 1, 1, 1]}
+        assert state.get("booking:size") == 4
+        assert isinstance(state.store, SealedStore)
+        assert state.at(1).get("card:number") == CARD  # history too
+
+
+def test_without_the_key_the_file_refuses_to_open_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    write_call(path, new_key())
+    with pytest.raises(StoreError, match=r"call\.db.*encrypted secret values.*'card:"):
+        State.open(path)
+    with pytest.raises(StoreError, match="cannot be decrypted with the encryption_key"):
+        State.open(path, encryption_key=new_key())  # another key
+
+
+def test_replay_without_the_key_shows_stars(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    write_call(path, new_key())
+    lines = "\n".join(replay(path))
+    assert "card:number  (new) -> ***" in lines
+    assert CARD not in lines
+    assert "booking:size  (new) -> 4" in lines
+    records = [json.loads(line) for line in replay(path, as_json_lines=True)]
+    values = [c["new"] for r in records for c in r.get("changes", []) if c["key"] == "card:number"]
+    assert values == ["***"]
+
+
+def test_a_rotated_key_opens_old_values_and_seals_new_ones(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    old, new = new_key(), new_key()
+    write_call(path, old)
+    with State.open(path, policy=secret_policy(), encryption_key=[new, old]) as state:
+        assert state.get("card:number") == CARD
+        state.set("card:number", "5555444433331111")
+        state.compact()  # every value now sealed with the new key
+    with State.open(path, policy=secret_policy(), encryption_key=new) as state:
+        assert state.get("card:number") == "5555444433331111"
+        assert state.get("card:meta")["brand"] == "visa"
+
+
+def test_a_value_that_looks_like_a_seal_is_not_taken_for_one(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    key = new_key()
+    lookalikes = [{"$sealed": "not a token"}, {"$sealed-escaped": 1}, {"$sealed": 5}]
+    with State.open(path, policy=secret_policy(), encryption_key=key) as state:
+        for n, value in enumerate(lookalikes):
+            state.set(f"notes:{n}", value)
+            state.set(f"card:{n}", value)
+        state.compact()
+        state.set("notes:after", lookalikes[0])
+    with State.open(path, policy=secret_policy(), encryption_key=key) as state:
+        for n, value in enumerate(lookalikes):
+            assert state.get(f"notes:{n}") == value
+            assert state.get(f"card:{n}") == value
+        assert state.get("notes:after") == lookalikes[0]
+
+
+@pytest.mark.parametrize("bad", ["not a key", b"short", [], 5])
+def test_a_bad_key_is_refused_before_the_file_is_touched(tmp_path: Path, bad: Any) -> None:
+    path = tmp_path / "call.db"
+    with pytest.raises(StoreError, match="encryption_key"):
+        State.open(path, encryption_key=bad)
+    assert not path.exists()
+
+
+def test_a_secret_policy_on_a_file_without_a_key_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="slateflow.state"),
+        State.open(tmp_path / "clear.db") as state,
+    ):
+        state.policy("card:*", secret=True)
+    assert "will be stored in clear" in caplog.text
+    caplog.clear()
+    with (
+        caplog.at_level(logging.WARNING, logger="slateflow.state"),
+        State.open(tmp_path / "sealed.db", encryption_key=new_key()) as state,
+    ):
+        state.policy("card:*", secret=True)
+    assert "in clear" not in caplog.text
+
+
+def test_checkpoints_pass_through_a_sealed_store(tmp_path: Path) -> None:
+    with State.open(tmp_path / "call.db", encryption_key=new_key()) as state:
+        store = state.store
+        assert isinstance(store, SealedStore)
+        store.save_checkpoint("wf", '{"x": 1}')
+        assert store.load_checkpoint("wf") == '{"x": 1}'
+        store.delete_checkpoint("wf")
+        assert store.load_checkpoint("wf") is None
+        assert store.path == tmp_path / "call.db"
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+KEY = new_key()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(value=JSON)
+def test_any_value_round_trips_sealed(tmp_path: Path, value: Any) -> None:
+    path = tmp_path / "round.db"
+    path.unlink(missing_ok=True)
+    with State.open(path, policy=secret_policy(), encryption_key=KEY) as state:
+        state.set("card:x", value)
+    with State.open(path, policy=secret_policy(), encryption_key=KEY) as again:
+        stored = again.get("card:x")
+    assert json.dumps(stored, sort_keys=True) == json.dumps(value, sort_keys=True)
