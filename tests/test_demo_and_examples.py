@@ -31,6 +31,7 @@ DOC_PAGES = [
     "docs/conversation.md",
     "docs/orchestration.md",
     "docs/durability.md",
+    "docs/security.md",
     "docs/replay.md",
     "docs/errors.md",
 ]
