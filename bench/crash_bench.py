@@ -11,7 +11,7 @@ check stops the run with the seed that reproduces it.
 Then the batch-loss window: a process writing as fast as one CPU-bound thread can under
 ``durability="batch"`` is SIGKILLed at a random moment; the window is how long before the kill
 the oldest acknowledged write that did not reach the file was acknowledged (``--windows N``,
-default 100; ``--quick`` runs 10). The store bounds it by ``max_lag`` (10 ms) plus the one
+default 100; ``--quick`` runs 10). The store bounds it by ``max_lag`` (5 ms) plus the one
 transaction being written at the kill.
 """
 
@@ -83,7 +83,7 @@ def main() -> None:
         ("median round (kill, check, resume, check)", f"{statistics.median(rounds) * 1e3:.0f} ms"),
         (f"batch-loss window, median of {kills} kills", f"{statistics.median(windows):.1f} ms"),
         ("batch-loss window, worst", f"{max(windows):.1f} ms"),
-        ("  documented bound: max_lag + one transaction", "10 ms + write"),
+        ("  documented bound: max_lag + one transaction", "5 ms + write"),
         ("acknowledged writes lost at a kill, worst", f"{max(lost):,}"),
     ]
     for name, value in rows:

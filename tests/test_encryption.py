@@ -184,3 +184,11 @@ def test_any_value_round_trips_sealed(tmp_path: Path, value: Any) -> None:
     with State.open(path, policy=secret_policy(), encryption_key=KEY) as again:
         stored = again.get("card:x")
     assert json.dumps(stored, sort_keys=True) == json.dumps(value, sort_keys=True)
+
+
+def test_a_file_written_without_a_key_may_hold_seal_look_alikes(tmp_path: Path) -> None:
+    path = tmp_path / "clear.db"
+    with State.open(path) as state:
+        state.set("notes:odd", {"$sealed": "not a token"})
+    with State.open(path) as again:  # not taken for an encrypted value
+        assert again.get("notes:odd") == {"$sealed": "not a token"}

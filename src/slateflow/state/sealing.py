@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -61,9 +62,21 @@ def new_key() -> str:
     return str(_fernet().Fernet.generate_key().decode("ascii"))
 
 
+# A Fernet token: version byte 0x80 and a timestamp ("gAAAAA" in base64), an IV, at least one
+# cipher block and the HMAC: 100 characters or more.
+_TOKEN = re.compile(r"gAAAAA[A-Za-z0-9_-]{90,}={0,2}")
+
+
 def is_sealed(value: Any) -> bool:
-    """Whether ``value`` is a sealed value as stored (``{"$sealed": token}``)."""
-    return type(value) is dict and len(value) == 1 and type(value.get(SEAL)) is str
+    """Whether ``value`` is a sealed value as stored (``{"$sealed": "<Fernet token>"}``).
+
+    The token's shape is checked too, so a value a file written without a key happens to hold
+    (``{"$sealed": "x"}``) is never taken for a seal.
+    """
+    if type(value) is not dict or len(value) != 1:
+        return False
+    token = value.get(SEAL)
+    return type(token) is str and _TOKEN.fullmatch(token) is not None
 
 
 class Sealer:
@@ -192,6 +205,8 @@ class SealedStore:
         self.inner.delete_checkpoint(workflow_id)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a half-made copy): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)  # path, readonly, max_lag, ...
 
     def __repr__(self) -> str:

@@ -1395,7 +1395,7 @@ class State:
         Recovery restores every committed value, version, seq and provenance exactly.
         ``durability="batch"`` (default): a write returns at once and reaches the disk within a
         few milliseconds, grouped with others (a killed process loses the commits of about the
-        last 10 ms, ``max_lag``, never half a batch; a writer that outruns the disk waits).
+        last 5 ms, ``max_lag``, never half a batch; a writer that outruns the disk waits).
         ``"sync"``: a write returns once its commit is on disk. Close it (or use ``with``) to
         write what is queued. Raises :class:`~slateflow.errors.StoreCorruptError` for a file
         that is not a readable store.

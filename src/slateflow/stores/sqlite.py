@@ -91,7 +91,7 @@ class SQLiteStore:
         *,
         durability: Durability = "batch",
         max_delay: float = 0.002,
-        max_lag: float = 0.010,
+        max_lag: float = 0.005,
         max_queue: int = 10_000,
         readonly: bool = False,
     ) -> None:
