@@ -25,7 +25,8 @@ from .constraints import (
     reset,
 )
 from .definition import Flow
-from .guards import Guard, _parse
+from .guard_json import parse
+from .guards import Guard
 from .repair import RepairPolicy
 from .steps import Edge, Step
 from .timing import VoiceTiming
@@ -173,7 +174,7 @@ class _Node:
                 raise FlowFormatError(f"{self.path}: missing field {name!r}")
             return None
         try:
-            return _parse(self.data[name], f"{self.path}.{name}")
+            return parse(self.data[name], f"{self.path}.{name}")
         except GuardFormatError as exc:
             raise FlowFormatError(str(exc)) from None
 
