@@ -203,7 +203,7 @@ def test_ring_holds_no_more_than_documented_after_single_sets(size: int) -> None
     state = State(journal_size=size)
     for n in range(200):
         state.set("user:card", f"card-{n}")
-        assert len(state._ring.records) <= (size + 64 if size else 0)
+        assert len(state.engine.ring.records) <= (size + 64 if size else 0)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])
@@ -295,7 +295,7 @@ def test_declaration_added_during_a_concurrent_update_is_not_lost() -> None:
     state = State()
     state.declare("other:*", int)
     hold = _HoldingDict("writer")
-    state._schemas._cache = hold
+    state.engine.schemas._cache = hold
 
     writer, errors = _in_thread(lambda: state.update({"n": "early"}), name="writer")
     assert hold.entered.wait(WAIT)
@@ -350,7 +350,8 @@ def test_subscribe_racing_a_close_never_leaves_the_new_subscription_deaf() -> No
     subscription is live, and every later write then skips delivery."""
     state = State()
     index = _PausingIndex()
-    state._subs = index
+    state.engine.delivery.subscriptions = index
+    state.engine.delivery.wants = index.watched
     old = state.subscribe(lambda cs: None, keys=["k"])
     index.pause_thread = "closer"
 

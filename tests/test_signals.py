@@ -338,7 +338,7 @@ def test_subscribe_rejects_bad_arguments(state: State) -> None:
         state.subscribe(Collector(), keys=["bad key"])
     with pytest.raises(InvalidKeyError):
         state.subscribe(Collector(), pattern="bad pattern*")
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 def test_subscriptions_are_called_in_the_order_they_were_made(state: State) -> None:
@@ -371,7 +371,7 @@ def test_close_stops_delivery_and_is_idempotent(state: State) -> None:
     sub.close()
     state.set("a", 2)
     assert got.keys() == [["a"]]
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 def test_subscription_is_a_context_manager(state: State) -> None:
@@ -381,7 +381,7 @@ def test_subscription_is_a_context_manager(state: State) -> None:
         state.set("ab", 1)
     state.set("ab", 2)
     assert got.keys() == [["ab"]]
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 def test_closing_one_subscription_leaves_others(state: State) -> None:

@@ -72,7 +72,7 @@ async def test_wait_for_returns_an_existing_value_at_once(state: State) -> None:
     assert state.get("session:reply") == {"text": "hi", "tags": ["a"]}
     # Even a zero timeout is fine when the key is already set.
     assert await state.wait_for("session:reply", timeout=0) == {"text": "hi", "tags": ["a"]}
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -87,14 +87,14 @@ async def test_wait_for_existing_falsy_values(state: State) -> None:
 async def test_wait_for_wakes_on_a_later_write(state: State) -> None:
     async with anyio.create_task_group() as tg:
         outcome = await start_waiting(tg, partial(state.wait_for, "session:reply"))
-        assert state._subs.count == 1
+        assert state.engine.delivery.subscriptions.count == 1
         state.set("session:other", 1)
         state.set("session:reply:draft", 1)
         await anyio.wait_all_tasks_blocked()
         assert not outcome.done.is_set()
         state.set("session:reply", "hello")
         assert await outcome.result() == "hello"
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -152,7 +152,7 @@ async def test_wait_for_wakes_on_a_write_from_a_worker_thread(state: State) -> N
         await anyio.to_thread.run_sync(write)
         assert writer_thread != [threading.get_ident()]
         assert await outcome.result() == [1, 2, 3]
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -163,7 +163,7 @@ async def test_wait_for_wakes_on_a_write_from_a_plain_thread(state: State) -> No
         thread.start()
         assert await outcome.result() == "from thread"
         thread.join()
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -173,10 +173,10 @@ async def test_several_waiters_on_one_key_all_wake(state: State) -> None:
         for outcome in outcomes:
             tg.start_soon(outcome.run, partial(state.wait_for, "k"))
         await anyio.wait_all_tasks_blocked()
-        assert state._subs.count == 5
+        assert state.engine.delivery.subscriptions.count == 5
         await anyio.to_thread.run_sync(state.set, "k", 7)
         assert [await o.result() for o in outcomes] == [7] * 5
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -185,7 +185,7 @@ async def test_wait_for_times_out_naming_the_key(state: State) -> None:
         await state.wait_for("session:reply", timeout=0.01)
     assert isinstance(info.value, TimeoutError)
     assert isinstance(info.value, SlateError)
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     state.set("session:reply", "late")
     assert await state.wait_for("session:reply", timeout=0.01) == "late"
 
@@ -194,7 +194,7 @@ async def test_wait_for_times_out_naming_the_key(state: State) -> None:
 async def test_wait_for_zero_timeout_on_a_missing_key(state: State) -> None:
     with pytest.raises(WaitTimeoutError):
         await state.wait_for("k", timeout=0)
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -210,10 +210,10 @@ async def test_cancelled_wait_for_leaves_nothing_behind(state: State) -> None:
     got: list[Change] = []
     async with anyio.create_task_group() as tg:
         outcome = await start_waiting(tg, partial(state.wait_for, "k"))
-        assert state._subs.count == 1
+        assert state.engine.delivery.subscriptions.count == 1
         tg.cancel_scope.cancel()
     assert outcome.cancelled
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     state.subscribe(got.extend)
     await anyio.to_thread.run_sync(state.set, "k", 1)
     state.set("k", 2)
@@ -226,11 +226,11 @@ async def test_outer_deadline_cancels_without_a_wait_timeout_error(state: State)
     with anyio.move_on_after(0.01) as scope:
         await state.wait_for("k")
     assert scope.cancelled_caught
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     with anyio.move_on_after(0.01) as scope:
         await state.wait_until(lambda s: s.get("k"))
     assert scope.cancelled_caught
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -258,7 +258,7 @@ async def test_wait_until_returns_the_predicates_result_at_once(state: State) ->
     state.set("booking", {"date": "2024-05-01"})
     result = await state.wait_until(lambda s: s.get("booking"), timeout=0)
     assert result == {"date": "2024-05-01"}
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -275,7 +275,7 @@ async def test_wait_until_wakes_when_the_predicate_holds(state: State) -> None:
             assert not outcome.done.is_set()
         state.set("n", 3)
         assert await outcome.result() == "n=3"
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -353,7 +353,7 @@ async def test_wait_until_wakes_on_a_write_from_a_plain_thread(state: State) -> 
         thread.start()
         assert await outcome.result() == 11
         thread.join()
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -377,7 +377,7 @@ async def test_wait_until_raises_the_predicates_error_at_once(state: State) -> N
 
     with pytest.raises(LookupError, match="no such thing"):
         await state.wait_until(broken)
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -392,7 +392,7 @@ async def test_wait_until_raises_the_predicates_later_error(state: State) -> Non
         state.set("mode", "bad")
         with pytest.raises(ValueError, match="bad mode"):
             await outcome.result()
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     assert state.get("mode") == "bad"  # the write itself stands
 
 
@@ -415,7 +415,7 @@ async def test_wait_until_times_out_naming_the_predicate(state: State) -> None:
 
     with pytest.raises(WaitTimeoutError, match="booking_confirmed"):
         await state.wait_until(booking_confirmed, timeout=0.01)
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.anyio
@@ -424,10 +424,10 @@ async def test_cancelled_wait_until_leaves_nothing_behind(state: State) -> None:
         outcome = await start_waiting(
             tg, partial(state.wait_until, lambda s: s.get("k"), pattern="k*")
         )
-        assert state._subs.count == 1
+        assert state.engine.delivery.subscriptions.count == 1
         tg.cancel_scope.cancel()
     assert outcome.cancelled
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     state.set("k", 1)
     assert await state.wait_until(lambda s: s.get("k"), timeout=0) == 1
 
@@ -443,7 +443,7 @@ async def test_asyncio_wait_for_wakes_from_another_task() -> None:
     assert not task.done()
     state.set("k", "v")
     assert await asyncio.wait_for(task, SAFETY) == "v"
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.asyncio
@@ -454,7 +454,7 @@ async def test_asyncio_wait_for_wakes_from_a_thread() -> None:
     assert not task.done()
     await asyncio.to_thread(state.set, "k", [1])
     assert await asyncio.wait_for(task, SAFETY) == [1]
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.asyncio
@@ -473,7 +473,7 @@ async def test_asyncio_timeout_raises_wait_timeout_error() -> None:
         await state.wait_for("k", timeout=0.01)
     with pytest.raises(TimeoutError):
         await state.wait_until(lambda s: s.get("k"), timeout=0.01)
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 @pytest.mark.asyncio
@@ -484,12 +484,12 @@ async def test_asyncio_task_cancel_leaves_nothing_behind() -> None:
         asyncio.create_task(state.wait_until(lambda s: s.get("k"))),
     ]
     await anyio.wait_all_tasks_blocked()
-    assert state._subs.count == 2
+    assert state.engine.delivery.subscriptions.count == 2
     for task in waiters:
         task.cancel()
     for task in waiters:
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
     await asyncio.to_thread(state.set, "k", 1)
     assert await state.wait_for("k") == 1

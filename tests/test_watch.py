@@ -90,7 +90,7 @@ def test_closing_a_watch_stops_it() -> None:
         state.set("n", 1)
     state.set("n", 2)
     assert action.pairs == [(None, 1)]
-    assert state._subs.count == 0
+    assert state.engine.delivery.subscriptions.count == 0
 
 
 def test_failing_action_is_reported_and_the_write_stands() -> None:

@@ -252,10 +252,10 @@ class _IsSet(_KeyAtom):
     op: ClassVar[str] = "is_set"
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
-        if state._tx_open:
+        if state.engine.tx_open:
             return self.key in state
         # The hot path of a flow: the key was validated when the guard was built.
-        return self.key in state._entries
+        return self.key in state.engine.entries
 
     def describe(self) -> str:
         return f"'{self.key}' must be known"

@@ -789,8 +789,7 @@ class FlowRunner:
                 self._send(signals.flow_completed)
         if self._waiters:
             self._wake_waiters()
-        if self.state._pending:
-            self.state._deliver()
+        self.state.engine.deliver()
         if self._repairs:
             self._show_repair()
         session = self.session
@@ -823,7 +822,9 @@ class FlowRunner:
             writes[keys[5]] = self._over
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
-            self.state._commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
+            self.state.engine.commit_owned(
+                writes, (), self._stamp, "flow", deliver=False, trusted=True
+            )
         except SlateError as exc:
             log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
 
@@ -834,7 +835,7 @@ class FlowRunner:
         self._keys_dirty |= 8
         action = self.flow.steps[i].on_enter
         if action is not None:
-            row = self.state._row(action.resolver.status_key)
+            row = self.state.engine.row(action.resolver.status_key)
             self._fired[i] = 0 if row is None else row[2]
 
     def _record(self) -> dict[str, Any]:
@@ -894,7 +895,7 @@ class FlowRunner:
             action = self.flow.steps[i].on_enter
             if action is None or self._done[i] or not self._active[i] or session is None:
                 continue
-            row = self.state._row(action.resolver.status_key)
+            row = self.state.engine.row(action.resolver.status_key)
             if row is not None and row[2] > fired:
                 status, meta = row[0], row[4].meta or {}
                 closed = status == "cancelled" and meta.get("reason") == "session closed"
@@ -1000,18 +1001,11 @@ class FlowRunner:
     def _committed(self) -> Iterator[None]:
         """Evaluate guards against the committed State, even when called inside a transaction
         (whose writes are not the flow's facts until they commit)."""
-        state = self.state
-        if not state._tx_open or state._txvar.get() is None:
+        with self.state.engine.outside_transaction():
             yield
-            return
-        token = state._txvar.set(None)
-        try:
-            yield
-        finally:
-            state._txvar.reset(token)
 
     def _changed(self, changes: tuple[Change, ...]) -> None:
-        if self.state._tx_open:
+        if self.state.engine.tx_open:
             with self._committed():
                 self._settle_changes(changes)
         else:

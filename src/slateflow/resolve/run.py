@@ -254,11 +254,11 @@ class Run:
                 if resolver.reads:
                     version = state.version
                     self.inputs = {k: version(k) for k in resolver.reads}
-                token = state._push_actor(resolver.actor)
+                token = state.engine.push_actor(resolver.actor)
                 try:
                     produced = await resolver.source(state)
                 finally:
-                    state._pop_actor(token)
+                    state.engine.pop_actor(token)
                 self._produced = self._accept(produced)
             else:
                 self._produced = await self._attempts()
@@ -351,7 +351,7 @@ class Run:
         if resolver.reads:
             version = state.version
             self.inputs = {k: version(k) for k in resolver.reads}
-        token = state._push_actor(resolver.actor)
+        token = state.engine.push_actor(resolver.actor)
         try:
             timeout = resolver.timeout
             if timeout is None:
@@ -365,7 +365,7 @@ class Run:
             if not scope.cancelled_caught and overrun >= IGNORED_AFTER:
                 self._report_ignored(overrun)
         finally:
-            state._pop_actor(token)
+            state.engine.pop_actor(token)
         raise ResolverTimeoutError(
             f"resolver {resolver.name!r} timed out after {timeout:g}s (attempt {attempt}); "
             "raise its timeout or make the source faster"
@@ -420,13 +420,13 @@ class Run:
         # The meta is built here from JSON values only, so the stamp skips re-validating it.
         resolver = self.resolver
         stamp = Stamp(resolver.kind, resolver.name, None, meta)
-        return self.state._commit_owned(writes, removes, stamp, self.mode, refresh=refresh)
+        return self.state.engine.commit_owned(writes, removes, stamp, self.mode, refresh=refresh)
 
     def write_running(self) -> None:
         """``<name>:status = "running"``; raises (writing nothing) if governance refuses it."""
         resolver = self.resolver
         state = self.state
-        if state._store is not None:
+        if state.store is not None:
             # A durable state remembers how the run was started, so a restart can re-dispatch
             # it the same way (session.resume) if it never finished.
             meta: dict[str, Any] = {"mode": self.mode}
@@ -434,12 +434,14 @@ class Run:
                 meta["scheduling"] = str(self.scheduling.value)
             self._commit({resolver.status_key: "running"}, (), meta)
             return
-        if not state._acting and not state._tx_open:
+        if not state.engine.fenced:
             # Nobody's code is fenced and no transaction is open: the plain set is the
             # cheapest commit, and its governance is the same.
             state.set(resolver.status_key, "running", source=resolver.kind, writer=resolver.name)
             return
-        state._commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
+        state.engine.commit_owned(
+            {resolver.status_key: "running"}, (), resolver.stamp, self.mode
+        )
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).

@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..state import SECRET_MASK, Change, Key, State
 from ..state.chains import fresh_chain
+from ..state.keys import key_name
 from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
 from ..state.when import Trigger
@@ -500,7 +501,7 @@ class Session:
         state = self.state
         # A task copies the context of whoever dispatched it, maybe another resolver's fenced
         # source; this run's callbacks (deliver, subscribers) must not write as that resolver.
-        token = state._push_actor(None) if state._actorvar.get() is not None else None
+        token = state.engine.push_actor(None) if state.engine.actor() is not None else None
         try:
             try:
                 await run.execute(self._limiter)
@@ -515,7 +516,7 @@ class Session:
                 await self._deliver(run)
         finally:
             if token is not None:
-                state._pop_actor(token)
+                state.engine.pop_actor(token)
 
     def _finish(self, run: Run, slot: _Slot, *, outer: bool = False) -> None:
         """Bookkeeping and the terminal write of an ended run (synchronous, so nothing
@@ -749,7 +750,9 @@ class Session:
             found = given.get(name)
             if found is None:
                 stamp = Stamp("system", name, None, {"reason": "abandoned after a restart"})
-                self.state._commit_owned({f"{name}:status": "cancelled"}, (), stamp, "resume")
+                self.state.engine.commit_owned(
+                    {f"{name}:status": "cancelled"}, (), stamp, "resume"
+                )
                 continue
             entry = self.state.entry(found.status_key)
             meta = entry.provenance.meta if entry is not None else {}
@@ -1038,7 +1041,7 @@ class Session:
         reported on ``state.receiver_failed``. ``watcher.close()`` stops it.
         """
         tg = self._check_usable()
-        name = self.state._name(key)
+        name = key_name(key)
         if not callable(when) or not callable(action):
             raise TypeError(
                 f"watch({name!r}, when, action) needs two callables: a predicate over "

@@ -79,7 +79,7 @@ class Watcher:
         state = self.session.state
         # The task may have copied a fenced resolver's context (the write that triggered it);
         # the action writes as itself.
-        token = state._push_actor(None) if state._actorvar.get() is not None else None
+        token = state.engine.push_actor(None) if state.engine.actor() is not None else None
         try:
             outcome = self.action(change)
             if inspect.isawaitable(outcome):
@@ -88,7 +88,7 @@ class Watcher:
             self.session._report(self.action, exc)
         finally:
             if token is not None:
-                state._pop_actor(token)
+                state.engine.pop_actor(token)
             self.session._actions -= 1
             self.session._check_idle()
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["MAX_CHAIN", "depth", "fresh_chain", "in_chain"]
+__all__ = ["MAX_CHAIN", "depth", "enter", "fresh_chain", "in_chain", "leave"]
 
 MAX_CHAIN = 1000
 """How many chained deliveries one originating write may lead to before they are stopped."""
@@ -21,6 +21,11 @@ MAX_CHAIN = 1000
 _DEPTH: ContextVar[int] = ContextVar("slateflow_delivery_chain", default=0)
 depth = _DEPTH.get
 """The chain depth of the code running now (0: not reacting to any write)."""
+enter = _DEPTH.set
+"""Enter chain depth ``level``; returns the token :func:`leave` takes (``in_chain`` without the
+context manager, for the delivery loop)."""
+leave = _DEPTH.reset
+"""Leave the depth :func:`enter` entered."""
 
 
 @contextmanager

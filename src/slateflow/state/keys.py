@@ -19,6 +19,7 @@ __all__ = [
     "Pattern",
     "check_key",
     "error_key",
+    "key_name",
     "result_key",
     "status_key",
 ]
@@ -84,6 +85,16 @@ def _why_invalid(key: str) -> str:
         if ch == "*":
             return "it contains '*', which is reserved for patterns"
     return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
+
+
+def key_name(key: str | Key[Any] | object) -> str:
+    """The name of a key given as a str or a :class:`Key` (anything else is checked, and
+    refused with :class:`InvalidKeyError` if it is no key)."""
+    if type(key) is str:
+        return key
+    if isinstance(key, Key):
+        return key.name
+    return check_key(key)
 
 
 def check_key(key: object) -> str:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .keys import Pattern, check_key, compile_pattern
 from .records import Change
-
-if TYPE_CHECKING:
-    from .store import State
 
 __all__ = ["Callback", "Subscription", "SubscriptionIndex"]
 
@@ -29,16 +26,16 @@ class Subscription:
     returns.
     """
 
-    __slots__ = ("__weakref__", "_state", "active", "callback", "id", "keys", "patterns")
+    __slots__ = ("__weakref__", "_closer", "active", "callback", "id", "keys", "patterns")
 
     def __init__(
         self,
-        state: State,
+        closer: Callable[[Subscription], None],
         callback: Callback,
         keys: frozenset[str],
         patterns: tuple[Pattern, ...],
     ) -> None:
-        self._state = state
+        self._closer = closer
         self.callback = callback
         self.keys = keys
         self.patterns = patterns
@@ -48,7 +45,7 @@ class Subscription:
     def close(self) -> None:
         """Stop receiving changes."""
         if self.active:
-            self._state._unsubscribe(self)
+            self._closer(self)
 
     def __enter__(self) -> Subscription:
         return self
@@ -85,7 +82,7 @@ class SubscriptionIndex:
 
     def make(
         self,
-        state: State,
+        closer: Callable[[Subscription], None],
         callback: Callback,
         keys: Iterable[str] | None,
         pattern: str | Iterable[str] | None,
@@ -94,7 +91,7 @@ class SubscriptionIndex:
             raise TypeError(f"subscribe() needs a callable, got {callback!r}")
         key_set = frozenset(check_key(k) for k in (keys or ()))
         texts = [pattern] if isinstance(pattern, str) else list(pattern or ())
-        sub = Subscription(state, callback, key_set, tuple(compile_pattern(p) for p in texts))
+        sub = Subscription(closer, callback, key_set, tuple(compile_pattern(p) for p in texts))
         with self._lock:
             for k in key_set:
                 self.by_key[k] = (*self.by_key.get(k, ()), sub)
@@ -132,6 +129,14 @@ class SubscriptionIndex:
                 cache.clear()
             cache[key] = found
         return found
+
+    def watched(self, key: str) -> bool:
+        """Whether any subscription watches ``key``."""
+        return bool(
+            key in self.by_key
+            or self.everything
+            or (self.by_pattern and self._pattern_subs(key))
+        )
 
     def for_key(self, key: str) -> tuple[Subscription, ...]:
         """Subscriptions watching ``key``, in the order they were made."""

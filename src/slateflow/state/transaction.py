@@ -12,7 +12,7 @@ from ..errors import (
     TransactionError,
     VersionConflictError,
 )
-from .keys import META_PREFIX, Key, check_key
+from .keys import META_PREFIX, Key, check_key, key_name
 from .keys import key_list as _key_list
 from .provenance import Stamp
 from .values import JSON, MISSING, REMOVED, clean, copy_json
@@ -55,12 +55,12 @@ class Transaction:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Transaction:
-        self._token = self._state._enter_tx(self)
+        self._token = self._state.engine.enter_tx(self)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self._token is not None:
-            self._state._exit_tx(self._token)
+            self._state.engine.exit_tx(self._token)
             self._token = None
         if exc_type is not None:
             if self.status == "open":
@@ -99,7 +99,7 @@ class Transaction:
             return self._state.cursor
         ops = [(key, value, stamp) for key, (value, stamp) in self._writes.items()]
         try:
-            seq = self._state._commit_batch(
+            seq = self._state.engine.commit(
                 ops, "commit", expected=self._expected, reads=self._reads
             )
         except Exception:
@@ -124,7 +124,7 @@ class Transaction:
             return (_MISSING, None) if value is REMOVED else (value, stamp)
         if self._parent is not None:
             return self._parent._read_row(name)
-        entry = self._state._entries.get(name)
+        entry = self._state.engine.entries.get(name)
         if entry is None:
             check_key(name)  # an invalid key is an error, not merely absent
         self._reads.setdefault(name, entry[1] if entry is not None else 0)
@@ -136,7 +136,7 @@ class Transaction:
 
     def get(self, key: str | Key[Any], default: Any = None) -> Any:
         """Like :meth:`State.get`, seeing this transaction's buffered writes."""
-        name = self._state._name(key)
+        name = key_name(key)
         value = self._read(name)
         if value is _MISSING:
             # Reserved and invalid keys behave as outside a transaction.
@@ -151,12 +151,12 @@ class Transaction:
         """Like :meth:`State.require`, seeing buffered writes."""
         value = self.get(key, _MISSING)
         if value is _MISSING:
-            raise MissingKeyError(f"required key {self._state._name(key)!r} is not set")
+            raise MissingKeyError(f"required key {key_name(key)!r} is not set")
         return value
 
     def contains(self, key: str | Key[Any]) -> bool:
         """Whether ``key`` exists as this transaction sees it."""
-        return self._read(self._state._name(key)) is not _MISSING
+        return self._read(key_name(key)) is not _MISSING
 
     def keys(self, prefix: str = "") -> list[str]:
         """Keys starting with ``prefix`` as this transaction sees them (scans are not tracked
@@ -179,7 +179,7 @@ class Transaction:
         """The values of those ``keys`` that exist, by key name."""
         out = {}
         for k in keys:
-            name = self._state._name(k)
+            name = key_name(k)
             value = self._read(name)
             if value is not _MISSING:
                 out[name] = copy_json(value)
@@ -211,14 +211,14 @@ class Transaction:
     ) -> int:
         """Buffer a write; returns the version the key will have once committed."""
         self._check_open()
-        if self._state._acting:
-            source, writer = self._state._admit([key], source, writer)
-        stamp = self._state._stamp(key, source, writer, confidence, meta)
-        name, cleaned = self._state._prepare(key, value, stamp)
+        if self._state.engine.acting:
+            source, writer = self._state.engine.admit([key], source, writer)
+        stamp = self._state.engine.stamp(key, source, writer, confidence, meta)
+        name, cleaned = self._state.engine.prepare(key, value, stamp)
         if expected_version is not None:
-            self._expect(name, self._state._check_version_arg(name, expected_version))
+            self._expect(name, self._state.engine.check_version_arg(name, expected_version))
         self._writes[name] = (cleaned, stamp)
-        entry = self._state._entries.get(name)
+        entry = self._state.engine.entries.get(name)
         return entry[1] + 1 if entry is not None else 1
 
     def update(
@@ -238,10 +238,10 @@ class Transaction:
         """
         self._check_open()
         state = self._state
-        if state._acting:
-            source, writer = state._admit([*mapping, *_key_list(remove)], source, writer)
-        stamp = state._stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
-        ops, expected = state._stage_update(mapping, stamp, remove, expected_versions)
+        if state.engine.acting:
+            source, writer = state.engine.admit([*mapping, *_key_list(remove)], source, writer)
+        stamp = state.engine.stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
+        ops, expected = state.engine.stage_update(mapping, stamp, remove, expected_versions)
         for name, version in expected.items():
             self._check_expect(name, version)
         self._expected.update(expected)
@@ -261,11 +261,11 @@ class Transaction:
     ) -> Any:
         """Buffer a removal; returns the value removed (or ``default`` if absent)."""
         self._check_open()
-        if self._state._acting:
-            source, writer = self._state._admit([key], source, writer)
-        name = self._state._name(key)
-        stamp = self._state._stamp(key, source, writer, None, None)
-        self._state._check_remove(name, stamp)
+        if self._state.engine.acting:
+            source, writer = self._state.engine.admit([key], source, writer)
+        name = key_name(key)
+        stamp = self._state.engine.stamp(key, source, writer, None, None)
+        self._state.engine.check_remove(name, stamp)
         value = self._read(name)
         if value is _MISSING:
             if default is _MISSING:
@@ -287,7 +287,7 @@ class Transaction:
     ) -> Any:
         """Buffer ``fn(current value or default)`` as the key's new value; returns it."""
         self._check_open()
-        name = self._state._name(key)
+        name = key_name(key)
         current = self._read(name)
         current = copy_json(clean(default, name) if current is _MISSING else current)
         new = fn(current)
@@ -305,26 +305,26 @@ class Transaction:
     ) -> int:
         """Buffer a rename (see :meth:`State.rename`); returns ``new``'s version-to-be."""
         self._check_open()
-        if self._state._acting:
-            source, writer = self._state._admit([old, new], source, writer)
-        stamp = self._state._stamp(old, source, writer, None, None)
-        self._state._check_remove(old, stamp)
+        if self._state.engine.acting:
+            source, writer = self._state.engine.admit([old, new], source, writer)
+        stamp = self._state.engine.stamp(old, source, writer, None, None)
+        self._state.engine.check_remove(old, stamp)
         value, kept = self._read_row(old)
         if value is _MISSING or kept is None:
             raise MissingKeyError(f"cannot rename {old!r}: it is not set")
         if new == old:
-            entry = self._state._entries.get(old)
+            entry = self._state.engine.entries.get(old)
             return entry[1] if entry is not None and old not in self._writes else 1
         if self._read(new) is not _MISSING and not overwrite:
             raise KeyExistsError(
                 f"cannot rename {old!r} to {new!r}: {new!r} exists; pass overwrite=True"
             )
-        name, cleaned = self._state._prepare(new, value, kept)
-        if self._state._policy.active:
-            self._state._policy.check(name, cleaned, stamp)
+        name, cleaned = self._state.engine.prepare(new, value, kept)
+        if self._state.engine.policy.active:
+            self._state.engine.policy.check(name, cleaned, stamp)
         self._writes[old] = (REMOVED, stamp)
         self._writes[name] = (cleaned, kept)
-        entry = self._state._entries.get(name)
+        entry = self._state.engine.entries.get(name)
         return entry[1] + 1 if entry is not None else 1
 
     def __repr__(self) -> str:

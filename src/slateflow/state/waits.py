@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 
 from ..errors import UsageError, WaitTimeoutError
-from .keys import Key
+from .keys import Key, key_name
 from .values import MISSING
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def check_timeout(timeout: object, what: str) -> float | None:
 
 async def wait_for(state: State, key: str | Key[Any], timeout: float | None) -> Any:
     """See :meth:`State.wait_for`."""
-    name = state._name(key)
+    name = key_name(key)
     timeout = check_timeout(timeout, f"wait_for({name!r})")
     waiter = _Waiter()
     sub = state.subscribe(waiter.wake, keys=[name])

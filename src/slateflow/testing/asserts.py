@@ -29,7 +29,7 @@ def recent_journal(state: State, count: int = 15) -> str:
     except CursorExpiredError:
         # A small journal ring: show what it still holds.
         try:
-            changes = state.mutations_since(state._ring.dropped_seq)
+            changes = state.mutations_since(state.engine.ring.dropped_seq)
         except CursorExpiredError:
             return "(the journal no longer holds the recent changes)"
     if not changes and state.cursor:

@@ -136,8 +136,7 @@ class Fake:
         held.event.set()
 
     def _record(self, state: State) -> None:
-        with state._lock:  # one consistent view, even while other threads write
-            versions = {key: row[1] for key, row in state._entries.items()}
+        versions = state.engine.versions()  # one consistent view, even while others write
         self.calls.append(FakeCall(len(self.calls) + 1, state.cursor, versions))
 
     async def __call__(self, state: State) -> Any:

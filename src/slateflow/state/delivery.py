@@ -1,0 +1,253 @@
+"""Delivery: committed batches reach their receivers through the State's blinker signal.
+
+``state.changed`` is a blinker :class:`~blinker.Signal`, and everything that reacts to the
+State is one of its receivers, routed by key:
+
+* ``state.changed.connect(fn)`` receives every batch: ``fn(state, changes=batch)``;
+* ``state.changed.connect(fn, sender="booking:slot")`` is *sender-keyed*: it receives the
+  batches that change that key, with only the changes of the keys it is connected to;
+* ``state.subscribe(callback, keys=..., pattern=...)`` (what flows, watchers, waits and derived
+  values use) is a receiver connected for those keys or patterns: ``callback(changes)``.
+
+Order: receivers run in the order they were connected, whichever way, once per batch each;
+batches are delivered in commit order, breadth-first (a receiver's own write is delivered after
+the batch that caused it). ``with state.changed.muted():`` mutes every receiver, flows
+included: batches committed meanwhile are never delivered. A receiver that raises is logged and
+reported on ``state.receiver_failed``; the write stands and the other receivers still run.
+A write costs the same however many receivers watch *other* keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from blinker import ANY, Signal
+from blinker._utilities import make_id
+
+from ..errors import DeliveryChainError
+from .chains import MAX_CHAIN, enter, leave
+from .records import Change, RawChange
+from .subscriptions import Subscription, SubscriptionIndex
+
+__all__ = ["ChangedSignal", "Delivery"]
+
+log = logging.getLogger("slateflow.state")
+_F = TypeVar("_F", bound=Callable[..., Any])
+_wrap = Change.wrap
+
+
+class ChangedSignal(Signal):
+    """``state.changed``: the blinker signal every reaction to the State receives from.
+
+    Connect with ``sender=ANY`` (or the state) for every batch, or with a key as the sender for
+    the batches that change it. ``muted()`` mutes flows and subscriptions too.
+    """
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__("slateflow.state.changed")
+        self._delivery = delivery
+        # receiver id -> its routing entries (one per key it is connected for).
+        self._routes: dict[Any, list[Subscription]] = {}
+
+    def connect(self, receiver: _F, sender: Any = ANY, weak: bool = True) -> _F:
+        connected = super().connect(receiver, sender, weak)
+        delivery = self._delivery
+        rid = make_id(receiver)
+        keys = None if sender is ANY or sender is delivery.owner else [sender]
+        if keys is not None and not isinstance(sender, str):
+            return connected  # another sender: blinker's own business, never sent by the State
+        wanted = frozenset(keys or ())
+        if any(route.keys == wanted for route in self._routes.get(rid, [])):
+            return connected  # connected again for the same key: blinker keeps one too
+        route = delivery.subscriptions.make(
+            delivery.unsubscribe, _Relay(self, rid, delivery.owner), keys, None
+        )
+        self._routes.setdefault(rid, []).append(route)
+        delivery.refresh()
+        return connected
+
+    def disconnect(self, receiver: Callable[..., Any], sender: Any = ANY) -> None:
+        super().disconnect(receiver, sender)
+        rid = make_id(receiver)
+        routes = self._routes.get(rid, [])
+        owner = self._delivery.owner
+        everything = sender is ANY
+        for route in list(routes):
+            if everything or (
+                route.keys == frozenset([sender])
+                if isinstance(sender, str)
+                else sender is owner and not route.keys
+            ):
+                self._delivery.subscriptions.remove(route)
+                routes.remove(route)
+        if not routes:
+            self._routes.pop(rid, None)
+        self._delivery.refresh()
+
+
+class _Relay:
+    """Calls a blinker receiver (through its weak reference, if any) as a subscription would."""
+
+    __slots__ = ("__qualname__", "owner", "rid", "signal")
+
+    def __init__(self, signal: ChangedSignal, rid: Any, owner: object) -> None:
+        self.signal = signal
+        self.rid = rid
+        self.owner = owner
+        self.__qualname__ = "changed receiver"
+
+    def receiver(self) -> Callable[..., Any] | None:
+        ref = self.signal.receivers.get(self.rid)
+        if ref is None:
+            return None
+        if isinstance(ref, weakref.ref):  # weakly connected (blinker's default)
+            return ref()
+        return ref
+
+    def __call__(self, changes: tuple[Change, ...]) -> None:
+        receiver = self.receiver()
+        if receiver is not None:
+            receiver(self.owner, changes=changes)
+
+
+class Delivery:
+    """Queues committed batches and sends them to ``state.changed``'s receivers, in order."""
+
+    def __init__(self, owner: object, lock: threading.RLock) -> None:
+        self.owner = owner
+        self._lock = lock
+        self.subscriptions = SubscriptionIndex()
+        # Batches waiting for delivery, each with the chain depth of the code that wrote it.
+        self.pending: deque[tuple[tuple[RawChange, ...], int]] = deque()
+        self._delivering = False
+        # Whether any receiver exists; it may stay True after a weak receiver is collected,
+        # which only costs a delivery that finds nobody.
+        self.listening = False
+        self.everything = False
+        self.changed = ChangedSignal(self)
+        self.receiver_failed = Signal("slateflow.state.receiver_failed")
+        self.wants = self.subscriptions.watched
+
+    def refresh(self) -> None:
+        """Recompute the listening flags (after a receiver comes or goes)."""
+        # Under the lock, so the last refresh always reflects every finished (un)subscribe.
+        with self._lock:
+            subs = self.subscriptions
+            self.listening = subs.count > 0
+            self.everything = bool(subs.everything)
+
+    def subscribe(
+        self, callback: Callable[[tuple[Change, ...]], Any], keys: list[str] | None, pattern: Any
+    ) -> Subscription:
+        """Connect ``callback`` for ``keys`` / ``pattern`` (neither: every change)."""
+        sub = self.subscriptions.make(self.unsubscribe, callback, keys, pattern)
+        self.refresh()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Disconnect a subscription (idempotent)."""
+        self.subscriptions.remove(sub)
+        self.refresh()
+
+    def deliver(self) -> None:
+        """Deliver pending batches in commit order, breadth-first, from one thread at a time.
+
+        A receiver's own write is committed at once but queued here, so chains of writes never
+        recurse; another thread's write that arrives during delivery is delivered by this loop.
+        """
+        lock = self._lock
+        pending = self.pending
+        with lock:
+            if self._delivering or not pending:
+                return
+            self._delivering = True
+        try:
+            while True:
+                with lock:
+                    if not pending:
+                        self._delivering = False
+                        return
+                    batch, level = pending.popleft()
+                if level >= MAX_CHAIN:
+                    self._chain_stopped(batch, level)
+                    continue
+                # What receivers write now is one level deeper in this chain.
+                token = enter(level + 1)
+                try:
+                    self._dispatch(batch)
+                finally:
+                    leave(token)
+        except BaseException:
+            with lock:
+                self._delivering = False
+            raise
+
+    def _dispatch(self, raw: tuple[RawChange, ...]) -> None:
+        if self.changed.is_muted:
+            return
+        subs = self.subscriptions
+        batch: tuple[Change, ...]
+        if len(raw) == 1:
+            found = subs.for_key(raw[0][0])
+            if not found:
+                return
+            batch = (_wrap(raw[0]),)
+            for sub in found:
+                if sub.active:
+                    try:
+                        sub.callback(batch)
+                    except Exception as exc:
+                        self.report_failure(sub.callback, exc, batch)
+            return
+        batch = tuple(map(_wrap, raw))
+        grouped: dict[Subscription, list[Change]] = {}
+        for change, (key, *_) in zip(batch, raw, strict=True):
+            for sub in subs.for_key(key):
+                grouped.setdefault(sub, []).append(change)
+        for sub in sorted(grouped, key=lambda s: s.id):
+            if sub.active:
+                try:
+                    sub.callback(tuple(grouped[sub]))
+                except Exception as exc:
+                    self.report_failure(sub.callback, exc, batch)
+
+    def _chain_stopped(self, raw: tuple[RawChange, ...], level: int) -> None:
+        """A chain of reactions went past MAX_CHAIN: this batch stays committed, undelivered."""
+        batch = tuple(map(_wrap, raw))
+        keys = ", ".join(sorted({c.key for c in batch}))
+        error = DeliveryChainError(
+            f"receivers and watchers reacting to each other's writes made a chain of {level} "
+            f"deliveries, stopped at {keys}: the writes stand, this change was not delivered. A "
+            "receiver or watcher probably writes a key it reacts to; make it write only when "
+            "the value differs, or react to another key"
+        )
+        log.error("state delivery (seq %d): %s", batch[0].seq, error)
+        self._send_failure("delivery chain", error, batch)
+
+    def report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
+        """Log a receiver's (or sink's) exception and send it on ``receiver_failed``."""
+        if isinstance(receiver, _Relay):
+            receiver = receiver.receiver() or receiver
+        keys = ", ".join(sorted({c.key for c in batch}))
+        name = getattr(receiver, "__qualname__", None) or repr(receiver)
+        log.error(
+            "state receiver %s failed on a change to %s (seq %d); the write stands and other "
+            "receivers still ran",
+            name,
+            keys,
+            batch[0].seq,
+            exc_info=exc,
+        )
+        self._send_failure(receiver, exc, batch)
+
+    def _send_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
+        if self.receiver_failed.receivers:
+            try:
+                self.receiver_failed.send(self.owner, receiver=receiver, error=exc, changes=batch)
+            except Exception:
+                log.exception("a receiver_failed handler failed too")

@@ -1,0 +1,807 @@
+"""The engine under a State: the one commit path, validate → version → provenance → journal →
+store → deliver.
+
+Every write reaches the engine: ``State.set`` / ``update`` / ``modify`` / ``remove`` /
+``rename`` / ``clear_prefix``, a transaction's commit, a resolver's or a flow's own keys
+(:meth:`Engine.commit_owned`), and a commit made elsewhere that a replica applies
+(:meth:`Engine.apply`). The steps, in order, all under the engine's lock:
+
+1. **validate**: key, value (JSON), declared schema, policy (:meth:`prepare`, done by the caller
+   before it hands over its ops, so a refused write holds no lock);
+2. **version**: conditional versions are checked, then each op gets its key's next version (an
+   equal value is a no-op: no version, no record);
+3. **provenance**: the op's :class:`Stamp` and the commit time go into the row;
+4. **store**: the batch goes to the store, which may refuse it (the rows are put back) and
+   which says what it committed (seq, versions) — a shared store decides the order;
+5. **journal**: the batch joins the journal ring and feeds the sinks;
+6. **deliver**: after the lock is released, the batch is sent on ``state.changed`` to its
+   receivers, in the order they connected (see :mod:`slateflow.state.delivery`).
+
+The State is the façade users call; the flow and resolve layers use the engine's public
+methods, never the State's private names.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    InvalidKeyError,
+    ReadOnlyError,
+    StateValueError,
+    StoreCorruptError,
+    VersionConflictError,
+)
+from ..stores.base import Store
+from ..stores.records import ChangeRow, CommitRow, Loaded
+from .actors import Actor
+from .chains import depth as chain_depth
+from .delivery import Delivery
+from .journal import JournalSink, Ring
+from .keys import META_PREFIX, Key, check_key, key_name
+from .keys import key_list as _key_list
+from .policy import Policy
+from .provenance import Stamp
+from .records import Change, RawChange
+from .schema import Schemas, validate_with
+from .values import _BIG, JSON, REMOVED, clean, same
+
+if TYPE_CHECKING:
+    from .transaction import Transaction
+
+__all__ = ["Engine", "Op", "Row"]
+
+Row = tuple[JSON, int, int, int, Stamp]
+"""One stored entry: ``(value, version, seq, at_ns, stamp)``. A plain tuple keeps a key small."""
+
+Op = tuple[str, JSON, Stamp]
+"""One validated write: ``(key, cleaned value or REMOVED, stamp)``."""
+
+_CONTAINERS = (dict, list)
+_STRICT = (dict, list, float)
+_SCALARS = frozenset({str, int, bool, type(None)})
+_wrap = Change.wrap
+
+
+def _equal(old: JSON, new: JSON) -> bool:
+    """Whether writing ``new`` over ``old`` changes nothing (1 == 1.0 == True is not equal)."""
+    return old is new or (
+        old == new and type(old) is type(new) and (type(old) not in _STRICT or same(old, new))
+    )
+
+
+class Engine:
+    """The commit path of one State, and what the runtime layers need from it.
+
+    Thread-safe: every commit runs under :attr:`lock` (re-entrant), and delivery happens after
+    it is released, from one thread at a time. Attributes the State's readers use directly:
+    :attr:`entries` (key → :data:`Row`; read-only outside the engine), :attr:`seq`.
+    """
+
+    def __init__(
+        self,
+        owner: object,
+        *,
+        policy: Policy,
+        journal_size: int,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        self.entries: dict[str, Row] = {}
+        self.lock = threading.RLock()
+        self.seq = 0
+        self.ring = Ring(journal_size)
+        self._records = self.ring.records
+        self._journaling = journal_size > 0
+        self.sinks: tuple[JournalSink, ...] = ()
+        self.policy = policy
+        self.schemas = Schemas()
+        # Commit times are integer nanoseconds: time.time_ns is the cheapest clock call.
+        self.now: Callable[[], int] = (
+            # A user clock is read at microsecond precision, as Provenance shows it.
+            time.time_ns if clock is None else (lambda: round(clock() * 1_000_000) * 1000)
+        )
+        self.default_stamp = Stamp("user", None, None, None)
+        self._stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
+        # Open transactions and acting_as blocks, in any context: writes look for either only
+        # while one is open (`fenced`).
+        self.tx_open = 0
+        self.acting = 0
+        self.fenced = 0
+        self._txvar: ContextVar[Transaction | None] = ContextVar(
+            f"slateflow_tx_{id(self)}", default=None
+        )
+        self._actorvar: ContextVar[Actor | None] = ContextVar(
+            f"slateflow_actor_{id(self)}", default=None
+        )
+        self.delivery = Delivery(owner, self.lock)
+        self.store: Store | None = None
+        self.sync = False
+
+    # -- validation --------------------------------------------------------------------------
+
+    def stamp(
+        self,
+        key: object,
+        source: str,
+        writer: str | None,
+        confidence: float | None,
+        meta: Mapping[str, Any] | None,
+    ) -> Stamp:
+        """The provenance stamp of a write (cached for the common, meta-less ones)."""
+        cacheable = (
+            meta is None
+            and type(source) is str
+            and (writer is None or type(writer) is str)
+            and (confidence is None or type(confidence) is float)
+        )
+        if cacheable:
+            if source == "user" and writer is None and confidence is None:
+                return self.default_stamp
+            stamp = self._stamps.get((source, writer, confidence))
+            if stamp is not None:
+                return stamp
+        stamp = Stamp.checked(str(key), source, writer, confidence, meta)
+        if cacheable:
+            if len(self._stamps) > 4096:
+                self._stamps = {}
+            self._stamps[(source, writer, confidence)] = stamp
+        return stamp
+
+    def secret(self, key: str) -> bool:
+        """Whether the policy marks ``key`` secret."""
+        return self.policy.is_secret(key)
+
+    def check_new_key(self, key: str) -> None:
+        """Refuse a key no write may create (invalid, or a read-only ``state_meta:`` view)."""
+        check_key(key)
+        if key.startswith(META_PREFIX):
+            raise ReadOnlyError(
+                f"cannot write {key!r}: 'state_meta:' keys are read-only views of provenance; "
+                "pass source=/writer=/meta= when writing the key itself"
+            )
+
+    def prepare(self, key: str | Key[Any], value: Any, stamp: Stamp) -> tuple[str, JSON]:
+        """Validate a write of ``value`` to ``key`` (key, value, schema, policy): its name and
+        its cleaned JSON value."""
+        if type(key) is str:
+            name = key
+        elif isinstance(key, Key):
+            name = key.name
+            value = validate_with(key.adapter, name, value, key.type, secret=self.secret(name))
+        else:
+            name = check_key(key)
+        if name not in self.entries:
+            self.check_new_key(name)
+        # A declared type sees the value as written (a datetime, a model) and yields its JSON.
+        decl = self.schemas.find(name) if self.schemas.decls else None
+        if decl is not None:
+            value = Schemas.check(decl, name, value, secret=self.secret(name))
+        cleaned = clean(value, name)
+        if self.policy.active:
+            self.policy.check(name, cleaned, stamp)
+        return name, cleaned
+
+    def check_remove(self, name: str, stamp: Stamp) -> None:
+        """Refuse a removal the policy forbids."""
+        if self.policy.active:
+            self.policy.check(name, None, stamp, removing=True)
+
+    @staticmethod
+    def check_version_arg(name: str, expected: object) -> int:
+        """An ``expected_version`` argument, checked."""
+        if type(expected) is not int or expected < 0:
+            raise StateValueError(
+                f"expected_version for {name!r} must be an int >= 0 (0 = must not exist), "
+                f"got {expected!r}"
+            )
+        return expected
+
+    def stage_update(
+        self,
+        mapping: Mapping[str | Key[Any], Any],
+        stamp: Stamp,
+        remove: str | Key[Any] | Iterable[str | Key[Any]],
+        expected_versions: Mapping[str | Key[Any], int] | None,
+    ) -> tuple[list[Op], dict[str, int]]:
+        """Validate an update (for the State and transactions): its ops and expected versions."""
+        expected = {
+            (name := check_key(key_name(key))): self.check_version_arg(name, version)
+            for key, version in (expected_versions or {}).items()
+        }
+        entries = self.entries
+        prepare = self.prepare
+        odd: list[object] = []  # keys that are not plain str (a Key may repeat a str's name)
+
+        def validated(k: str | Key[Any], v: Any) -> Op:
+            if type(k) is not str:
+                odd.append(k)
+            return (*prepare(k, v, stamp), stamp)
+
+        ops: list[Op]
+        # Scalars written to existing keys of an ungoverned state need no validation work.
+        if not self.schemas.decls and not self.policy.active:
+            ops = [
+                (k, v, stamp)
+                if type(k) is str and type(v) in _SCALARS and k in entries
+                else validated(k, v)
+                for k, v in mapping.items()
+            ]
+        else:
+            ops = [validated(k, v) for k, v in mapping.items()]
+        if odd:
+            names = [op[0] for op in ops]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise StateValueError(
+                    f"update() names {', '.join(map(repr, twice))} twice (as a str and a Key?);"
+                    " give each key once"
+                )
+        if not remove:
+            return ops, expected
+        written = {op[0] for op in ops}
+        removed: set[str] = set()
+        for key in _key_list(remove):
+            name = check_key(key_name(key))
+            self.check_remove(name, stamp)
+            if name in written:
+                raise StateValueError(
+                    f"update() both writes and removes {name!r}; do one or the other"
+                )
+            if name not in removed:
+                removed.add(name)
+                ops.append((name, REMOVED, stamp))
+        return ops, expected
+
+    # -- the commit path ---------------------------------------------------------------------
+
+    def write(
+        self, key: str | Key[Any], value: Any, stamp: Stamp, expected_version: int | None
+    ) -> int:
+        """Commit one write of ``key`` (validated here); returns the key's version.
+
+        The one-op form of :meth:`commit`, the State's hot path: the same steps, without
+        building a batch. A scalar over an existing key of an ungoverned state skips validation.
+        """
+        entries = self.entries
+        policy = self.policy
+        # acquire/release costs a third of a with-block on CPython 3.11.
+        lock = self.lock
+        lock.acquire()
+        try:
+            store = self.store
+            if store is not None and store.error is not None:
+                raise store.error
+            try:
+                row = entries.get(key)  # type: ignore[arg-type]
+            except TypeError:  # an unhashable key: prepare names the problem
+                row = None
+            t = type(value)
+            # Only str keys are stored, so a row found for a str means a valid key.
+            if (
+                row is not None
+                and type(key) is str
+                and (t is str or t is bool or value is None or (t is int and -_BIG < value < _BIG))
+                and not self.schemas.decls
+                and not policy.active
+            ):
+                name: str = key
+                cleaned = value
+            else:
+                name, cleaned = self.prepare(key, value, stamp)
+                row = entries.get(name)
+            if expected_version is not None:
+                have = 0 if row is None else row[1]
+                if have != self.check_version_arg(name, expected_version):
+                    raise VersionConflictError(
+                        f"{name!r} is at version {have}, not the expected {expected_version}; "
+                        "read it again and retry"
+                    )
+            if row is None:
+                if policy.max_keys is not None:
+                    policy.check_count(name, len(entries) + 1)
+                old = None
+                version = 1
+            else:
+                old = row[0]
+                if old is cleaned or _equal(old, cleaned):
+                    return row[1]
+                version = row[1] + 1
+            # Read before the seq moves on, in case a user clock raises.
+            now = self.now
+            at = now()
+            seq = self.seq + 1
+            if store is not None:
+                # Before anything is applied: a store that refuses the commit leaves the
+                # state exactly as it was.
+                seq, (version,) = self._persist(
+                    store,
+                    (
+                        seq,
+                        at,
+                        "set",
+                        (
+                            (
+                                name,
+                                cleaned,
+                                version,
+                                stamp.source,
+                                stamp.writer,
+                                stamp.confidence,
+                                stamp.meta,
+                            ),
+                        ),
+                    ),
+                )
+            self.seq = seq
+            entries[name] = (cleaned, version, seq, at, stamp)
+            # A plain tuple: it becomes a Change only if someone reads it.
+            change: RawChange = (name, old, cleaned, version, seq, "set", False, at, stamp, policy)
+            # Ring.append, inlined; trimming every 64th commit bounds the overshoot (reads trim
+            # exactly) and spares every write a length check.
+            if self._journaling:
+                self._records.append(change)
+                if not seq & 63:
+                    self.ring.trim()
+            delivery = self.delivery
+            # Queued before the sinks run, so a write a sink makes is delivered after this one.
+            listened = delivery.listening and delivery.wants(name)
+            if listened:
+                delivery.pending.append(((change,), chain_depth()))
+            failures = self._feed_sinks((change,)) if self.sinks else None
+        finally:
+            lock.release()
+        if failures:
+            self._report_sink_failures(failures, (change,))
+        if listened:
+            delivery.deliver()
+        if self.sync:
+            self.store.sync(seq)  # type: ignore[union-attr]
+        return version
+
+    def commit_owned(
+        self,
+        writes: Mapping[str, Any],
+        removes: Iterable[str],
+        stamp: Stamp,
+        origin: str,
+        *,
+        refresh: frozenset[str] = frozenset(),
+        deliver: bool = True,
+        trusted: bool = False,
+    ) -> int:
+        """Commit a runtime batch (a resolver's or a flow's own keys) with a prebuilt stamp.
+
+        Validated like any write (keys, values, schemas, policies) but not fenced by an actor nor
+        routed into a transaction: the runtime writes its keys as itself, whoever's code is
+        running. Keys in ``refresh`` are written even when their value is unchanged (a new run
+        produced it: its provenance and age must be the new run's). With ``deliver=False`` the
+        caller delivers later (:meth:`deliver`). ``trusted=True`` skips the value check and
+        copy: only for fresh plain JSON the caller built and will not change (keys and policies
+        are still checked). Returns the commit's seq.
+        """
+        ops: list[Op]
+        policy = self.policy
+        if trusted:
+            ops = []
+            for key, value in writes.items():
+                if key not in self.entries:
+                    self.check_new_key(key)
+                if policy.active:
+                    policy.check(key, value, stamp)
+                ops.append((key, value, stamp))
+        else:
+            prepare = self.prepare
+            ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
+        for key in removes:
+            self.check_remove(key, stamp)
+            ops.append((key, REMOVED, stamp))
+        return self.commit(ops, origin, refresh=refresh, deliver=deliver)
+
+    def commit(
+        self,
+        ops: Sequence[Op],
+        origin: str,
+        *,
+        expected: Mapping[str, int] | None = None,
+        reads: Mapping[str, int] | None = None,
+        deliver: bool = True,
+        refresh: frozenset[str] = frozenset(),
+    ) -> int:
+        """Apply validated ``ops`` as one batch: one seq, one journal batch, one signal.
+
+        Every check that depends on the current state happens before the first mutation, so a
+        failure leaves everything as it was. Returns the commit's seq (the current cursor when
+        nothing changed).
+        """
+        entries = self.entries
+        policy = self.policy
+        store = self.store
+        with self.lock:
+            if store is not None and store.error is not None:
+                raise store.error
+            if expected or reads:
+                self._check_versions(expected, reads)
+            if policy.max_keys is not None:
+                created = {k for k, v, _ in ops if v is not REMOVED and k not in entries}
+                gone = {k for k, v, _ in ops if v is REMOVED and k in entries}
+                if created:
+                    policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
+            seq = self.seq + 1
+            now = self.now
+            at = now()
+            changes: list[RawChange] = []
+            add = changes.append
+            # The rows this batch replaces, to put back if the store refuses it.
+            undo: list[tuple[str, Row | None]] = []
+            for key, value, stamp in ops:
+                row = entries.get(key)
+                if value is REMOVED:
+                    if row is None:
+                        continue
+                    old, value, version = row[0], None, 0
+                elif row is None:
+                    old, version = None, 1
+                else:
+                    old = row[0]
+                    if key not in refresh and _equal(old, value):
+                        continue
+                    version = row[1] + 1
+                undo.append((key, row))
+                if version:
+                    entries[key] = (value, version, seq, at, stamp)
+                else:
+                    del entries[key]
+                add((key, old, value, version, seq, origin, not version, at, stamp, policy))
+            if not changes:
+                return self.seq
+            if store is not None:
+                rows: list[ChangeRow] = [
+                    (c[0], c[2], c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
+                    for c in changes
+                ]
+                try:
+                    got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))
+                except BaseException:
+                    self._undo(undo)
+                    raise
+                if got_seq != seq or any(
+                    v != c[3] for v, c in zip(versions, changes, strict=True)
+                ):
+                    changes = self._renumber(changes, got_seq, versions)
+                    seq = got_seq
+            failures = self._record(tuple(changes), seq)
+        return self._after(tuple(changes), seq, deliver, failures)
+
+    def apply(self, commit: CommitRow) -> int:
+        """Apply a commit another process made (its seq, versions and stamps as they are).
+
+        For a replica of a shared store: the commit goes through the same journal, sinks and
+        delivery as a local one, but it is neither validated (its maker did that) nor handed to
+        the store (it came from there). Raises :class:`StoreCorruptError` if its seq or a version
+        does not follow what this engine holds. Returns the commit's seq.
+        """
+        seq, at, origin, rows = commit
+        with self.lock:
+            if seq != self.seq + 1:
+                raise StoreCorruptError(
+                    f"commit {seq} does not follow seq {self.seq}; fetch the commits in between"
+                )
+            changes: list[RawChange] = []
+            undo: list[tuple[str, Row | None]] = []
+            try:
+                for key, value, version, source, writer, conf, meta in rows:
+                    row = self._follow(key, version, seq)
+                    stamp = Stamp(source, writer, conf, meta)
+                    undo.append((key, row))
+                    if version:
+                        self.entries[key] = (value, version, seq, at, stamp)
+                    else:
+                        del self.entries[key]
+                    old = None if row is None else row[0]
+                    changes.append(
+                        (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
+                    )
+            except BaseException:
+                self._undo(undo)
+                raise
+            failures = self._record(tuple(changes), seq)
+        return self._after(tuple(changes), seq, True, failures)
+
+    def _follow(self, key: str, version: int, seq: int) -> Row | None:
+        row = self.entries.get(key)
+        if row is None:
+            try:
+                check_key(key)
+            except InvalidKeyError as exc:
+                raise StoreCorruptError(f"commit {seq}: {exc}; the store is damaged") from None
+        if version and version != (row[1] + 1 if row is not None else 1):
+            raise StoreCorruptError(
+                f"commit {seq}: {key!r} jumps to version {version} from "
+                f"{row[1] if row else 0}; the store is damaged"
+            )
+        if not version and row is None:
+            raise StoreCorruptError(
+                f"commit {seq} removes {key!r}, which is not set; the store is damaged"
+            )
+        return row
+
+    def _check_versions(
+        self, expected: Mapping[str, int] | None, reads: Mapping[str, int] | None
+    ) -> None:
+        entries = self.entries
+        for label, versions in (("expected", expected), ("read", reads)):
+            for key, version in (versions or {}).items():
+                row = entries.get(key)
+                have = 0 if row is None else row[1]
+                if have != version:
+                    why = (
+                        "read it again and retry"
+                        if label == "expected"
+                        else "another writer changed it after this transaction read it; "
+                        "run the transaction again"
+                    )
+                    raise VersionConflictError(
+                        f"{key!r} is at version {have}, not the {label} {version}; {why}"
+                    )
+
+    @staticmethod
+    def _persist(store: Store, commit: CommitRow) -> tuple[int, tuple[int, ...]]:
+        """Hand a batch to the store: what it committed, ``(seq, versions)``.
+
+        A store with ``commit()`` decides (a shared store orders commits from many processes);
+        one with only ``append()`` keeps the proposal.
+        """
+        decide = getattr(store, "commit", None)
+        if decide is None:
+            store.append(commit)
+            return commit[0], tuple(c[2] for c in commit[3])
+        done = decide(commit)
+        return done[0], tuple(c[2] for c in done[3])
+
+    def _renumber(
+        self, changes: list[RawChange], seq: int, versions: tuple[int, ...]
+    ) -> list[RawChange]:
+        """Rewrite a batch to the seq and versions its store committed it at."""
+        out: list[RawChange] = []
+        for c, version in zip(changes, versions, strict=True):
+            key, old, value, _, _, origin, removed, at, stamp, policy = c
+            if not removed:
+                self.entries[key] = (value, version, seq, at, stamp)
+            out.append((key, old, value, version, seq, origin, removed, at, stamp, policy))
+        return out
+
+    def _undo(self, undo: list[tuple[str, Row | None]]) -> None:
+        for key, row in reversed(undo):
+            if row is None:
+                self.entries.pop(key, None)
+            else:
+                self.entries[key] = row
+
+    def _record(
+        self, batch: tuple[RawChange, ...], seq: int
+    ) -> list[tuple[object, Exception]] | None:
+        """Under the lock: move the cursor, journal the batch, queue it for delivery, feed the
+        sinks (their failures are reported after the lock is released)."""
+        self.seq = seq
+        self.ring.append(batch)
+        delivery = self.delivery
+        if delivery.listening and (
+            delivery.everything or any(delivery.wants(c[0]) for c in batch)
+        ):
+            delivery.pending.append((batch, chain_depth()))
+        return self._feed_sinks(batch) if self.sinks else None
+
+    def _after(
+        self,
+        batch: tuple[RawChange, ...],
+        seq: int,
+        deliver: bool,
+        failures: list[tuple[object, Exception]] | None,
+    ) -> int:
+        """After the lock: report sink failures, deliver, and wait for a sync store."""
+        if failures:
+            self._report_sink_failures(failures, batch)
+        if deliver:
+            self.delivery.deliver()
+        if self.sync:
+            self.store.sync(seq)  # type: ignore[union-attr]
+        return seq
+
+    def deliver(self) -> None:
+        """Deliver what commits made with ``deliver=False`` queued (a no-op when nothing is)."""
+        if self.delivery.pending:
+            self.delivery.deliver()
+
+    # -- sinks -------------------------------------------------------------------------------
+
+    def _feed_sinks(self, raw: tuple[RawChange, ...]) -> list[tuple[object, Exception]]:
+        failures: list[tuple[object, Exception]] = []
+        batch = tuple(map(_wrap, raw))
+        for sink in self.sinks:
+            try:
+                sink.record(batch)
+            except Exception as exc:
+                failures.append((sink, exc))
+        return failures
+
+    def _report_sink_failures(
+        self, failures: list[tuple[object, Exception]], raw: tuple[RawChange, ...]
+    ) -> None:
+        batch = tuple(map(_wrap, raw))
+        for sink, exc in failures:
+            self.delivery.report_failure(sink, exc, batch)
+
+    def add_sink(self, sink: JournalSink) -> None:
+        """Feed every later committed batch to ``sink`` as well."""
+        if not callable(getattr(sink, "record", None)):
+            raise TypeError(f"{sink!r} is not a journal sink (it needs a record(mutations) method)")
+        with self.lock:
+            self.sinks = (*self.sinks, sink)
+
+    def remove_sink(self, sink: JournalSink) -> None:
+        """Stop feeding ``sink``."""
+        with self.lock:
+            self.sinks = tuple(s for s in self.sinks if s is not sink)
+
+    # -- reads the runtime needs -------------------------------------------------------------
+
+    def row(self, key: str) -> Row | None:
+        """The stored row of ``key`` (no copy: never mutate its value), None when absent."""
+        row = self.entries.get(key)
+        if row is None:
+            check_key(key)  # an invalid key is an error, not merely absent
+        return row
+
+    def versions(self) -> dict[str, int]:
+        """Every key's version, read in one consistent view."""
+        with self.lock:
+            return {key: row[1] for key, row in self.entries.items()}
+
+    # -- who is writing: acting_as blocks and transactions -----------------------------------
+
+    def push_actor(self, actor: Actor | None) -> Token[Actor | None]:
+        """Write as ``actor`` (None: as nobody) in this context until :meth:`pop_actor`.
+
+        Not a context manager: the Session enters one per resolver run (a hot path).
+        """
+        token = self._actorvar.set(actor)
+        with self.lock:
+            self.acting += 1
+            self.fenced += 1
+        return token
+
+    def pop_actor(self, token: Token[Actor | None]) -> None:
+        """Undo the matching :meth:`push_actor`."""
+        self._actorvar.reset(token)
+        with self.lock:
+            self.acting -= 1
+            self.fenced -= 1
+
+    def actor(self) -> Actor | None:
+        """The actor this context writes as, if any."""
+        return self._actorvar.get()
+
+    @contextmanager
+    def as_nobody(self) -> Iterator[None]:
+        """Run the block with no actor fence (callbacks the runtime runs for everyone)."""
+        if self.actor() is None:
+            yield
+            return
+        token = self.push_actor(None)
+        try:
+            yield
+        finally:
+            self.pop_actor(token)
+
+    def admit(
+        self, keys: Iterable[str | Key[Any]], source: str, writer: str | None
+    ) -> tuple[str, str | None]:
+        """The provenance the current actor gives a write of ``keys`` (raises if it may not)."""
+        actor = self._actorvar.get()
+        if actor is None:
+            return source, writer
+        admitted = source, writer
+        for key in keys:
+            admitted = actor.admit(key_name(key), source, writer)
+        return admitted
+
+    def transaction(self) -> Transaction | None:
+        """The transaction whose ``with`` block the current context is in, if any.
+
+        A task started inside the block inherits its context; once the block has exited, that
+        task's reads and writes go to the state again.
+        """
+        if not self.tx_open:
+            return None
+        tx = self._txvar.get()
+        # After an inner block exits, an outer block may still be open.
+        while tx is not None and tx._token is None:
+            tx = tx._parent
+        return tx
+
+    def enter_tx(self, tx: Transaction) -> Token[Transaction | None]:
+        """Route this context's state calls into ``tx`` (its ``with`` block opens)."""
+        with self.lock:
+            self.tx_open += 1
+            self.fenced += 1
+        return self._txvar.set(tx)
+
+    def exit_tx(self, token: Token[Transaction | None]) -> None:
+        """Undo the matching :meth:`enter_tx`."""
+        self._txvar.reset(token)
+        with self.lock:
+            self.tx_open -= 1
+            self.fenced -= 1
+
+    @contextmanager
+    def outside_transaction(self) -> Iterator[None]:
+        """Run the block as if no transaction were open in this context (runtime writes that
+        must commit now, whatever block the writer's code is in)."""
+        if not self.tx_open or self._txvar.get() is None:
+            yield
+            return
+        token = self._txvar.set(None)
+        try:
+            yield
+        finally:
+            self._txvar.reset(token)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def recover(self, loaded: Loaded) -> None:
+        """Rebuild entries, seq and the journal ring from a store's contents (at construction).
+
+        A bulk form of :meth:`apply` (the same checks), with one stamp per distinct provenance.
+        """
+        entries = self.entries
+        stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
+
+        def stamp_of(
+            source: str, writer: str | None, conf: float | None, meta: dict[str, Any] | None
+        ) -> Stamp:
+            if meta:
+                return Stamp(source, writer, conf, meta)
+            stamp = stamps.get((source, writer, conf))
+            if stamp is None:
+                stamp = stamps[(source, writer, conf)] = Stamp(source, writer, conf, None)
+            return stamp
+
+        for key, value, version, row_seq, at, source, writer, conf, meta in loaded.base:
+            try:
+                check_key(key)
+            except InvalidKeyError as exc:
+                raise StoreCorruptError(
+                    f"the base at seq {loaded.base_seq}: {exc}; the store is damaged"
+                ) from None
+            entries[key] = (value, version, row_seq, at, stamp_of(source, writer, conf, meta))
+        commits = loaded.commits
+        size = self.ring.size
+        tail = len(commits) - size  # commits from here on may feed the journal ring
+        policy = self.policy
+        ring: list[RawChange] = []
+        seq = loaded.base_seq
+        follow = self._follow
+        for n, (seq, at, origin, changes) in enumerate(commits):
+            for key, value, version, source, writer, conf, meta in changes:
+                row = entries.get(key)
+                if row is None or not version or version != row[1] + 1:
+                    follow(key, version, seq)  # the slow path names what is wrong, if anything
+                stamp = stamp_of(source, writer, conf, meta)
+                if version:
+                    entries[key] = (value, version, seq, at, stamp)
+                else:
+                    del entries[key]
+                if n >= tail:
+                    old = None if row is None else row[0]
+                    ring.append(
+                        (key, old, value, version, seq, origin, not version, at, stamp, policy)
+                    )
+        self.seq = seq
+        self.ring.clear(commits[tail - 1][0] if 0 < tail <= len(commits) else loaded.base_seq)
+        self.ring.append(ring)
+        self.ring.trim()
