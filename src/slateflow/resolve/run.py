@@ -439,9 +439,7 @@ class Run:
             # cheapest commit, and its governance is the same.
             state.set(resolver.status_key, "running", source=resolver.kind, writer=resolver.name)
             return
-        state.engine.commit_owned(
-            {resolver.status_key: "running"}, (), resolver.stamp, self.mode
-        )
+        state.engine.commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).

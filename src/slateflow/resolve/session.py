@@ -750,9 +750,7 @@ class Session:
             found = given.get(name)
             if found is None:
                 stamp = Stamp("system", name, None, {"reason": "abandoned after a restart"})
-                self.state.engine.commit_owned(
-                    {f"{name}:status": "cancelled"}, (), stamp, "resume"
-                )
+                self.state.engine.commit_owned({f"{name}:status": "cancelled"}, (), stamp, "resume")
                 continue
             entry = self.state.entry(found.status_key)
             meta = entry.provenance.meta if entry is not None else {}

@@ -469,9 +469,7 @@ class Engine:
                 except BaseException:
                     self._undo(undo)
                     raise
-                if got_seq != seq or any(
-                    v != c[3] for v, c in zip(versions, changes, strict=True)
-                ):
+                if got_seq != seq or any(v != c[3] for v, c in zip(versions, changes, strict=True)):
                     changes = self._renumber(changes, got_seq, versions)
                     seq = got_seq
             failures = self._record(tuple(changes), seq)
@@ -590,9 +588,7 @@ class Engine:
         self.seq = seq
         self.ring.append(batch)
         delivery = self.delivery
-        if delivery.listening and (
-            delivery.everything or any(delivery.wants(c[0]) for c in batch)
-        ):
+        if delivery.listening and (delivery.everything or any(delivery.wants(c[0]) for c in batch)):
             delivery.pending.append((batch, chain_depth()))
         return self._feed_sinks(batch) if self.sinks else None
 

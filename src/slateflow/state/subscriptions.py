@@ -133,9 +133,7 @@ class SubscriptionIndex:
     def watched(self, key: str) -> bool:
         """Whether any subscription watches ``key``."""
         return bool(
-            key in self.by_key
-            or self.everything
-            or (self.by_pattern and self._pattern_subs(key))
+            key in self.by_key or self.everything or (self.by_pattern and self._pattern_subs(key))
         )
 
     def for_key(self, key: str) -> tuple[Subscription, ...]:
