@@ -94,7 +94,7 @@ class Flow:
     ``deny``, ``once``, ``never`` and ``commit``).
     """
 
-    __slots__ = ("_built", "_tools", "ambient", "constraints", "name", "steps")
+    __slots__ = ("_built", "_checked", "_plan", "_tools", "ambient", "constraints", "name", "steps")
 
     def __init__(
         self,
@@ -134,7 +134,10 @@ class Flow:
                 raise FlowDefinitionError(f"flow {name!r}: ambient holds tool names, got {tool!r}")
         self.ambient: tuple[str, ...] = tuple(dict.fromkeys(amb))
         self._built = False
+        self._checked = False  # compile() passed (with the registry in _tools)
         self._tools: frozenset[str] | None = None
+        # The runners' compiled plan (slateflow.flow.compiled), built once on first use.
+        self._plan: Any = None
 
     # -- lookups -------------------------------------------------------------------------
 
@@ -252,6 +255,8 @@ class Flow:
         if isinstance(tools, str):
             tools = [tools]
         registry = None if tools is None else frozenset(tools)
+        if self._checked and registry == self._tools:
+            return self  # a flow is immutable: checked once, it stays good
         problems = self._problems()
         # Every problem is reported at once, whatever else is wrong (a cycle must not hide a
         # misspelt tool or an unreachable step elsewhere).
@@ -273,6 +278,7 @@ class Flow:
             raise _error(self.name, problems)
         self._built = True
         self._tools = registry
+        self._checked = True
         return self
 
     def _plan_problems(self) -> list[str]:

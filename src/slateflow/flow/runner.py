@@ -30,24 +30,16 @@ from ..resolve.clock import SYSTEM_CLOCK, Clock, wait_on
 from ..state import Change, Key, State
 from ..state.provenance import Stamp
 from . import signals
-from .constraints import Before, Commit, Never, Once, Require, Reset
+from .compiled import StepRt, compiled
 from .definition import Flow
 from .guards import (
     EMPTY_MARKING,
     Explanation,
     Guard,
     Marking,
-    _All,
-    _Any,
-    _CalledOk,
-    _Custom,
-    _Done,
-    _Fresh,
-    _Not,
-    _Told,
 )
-from .repair import RepairPolicy, escalate_key, reprompt_key
-from .steps import OnEnter, Step
+from .repair import escalate_key, reprompt_key
+from .steps import OnEnter
 from .timing import DEFAULT_REPROMPT, VoiceTiming
 
 if TYPE_CHECKING:
@@ -147,118 +139,6 @@ class FlowExplanation:
         for tool, reason in self.blocked_tools.items():
             lines.append(f"tool {tool!r} refused: {reason}")
         return "\n".join(lines)
-
-
-def _fresh_names(guard: Guard, names: set[str]) -> None:
-    """Collect the resolvers whose freshness ``guard`` reads."""
-    if isinstance(guard, _Fresh):
-        names.add(guard.name)
-    elif isinstance(guard, _All | _Any):
-        for part in guard.parts:
-            _fresh_names(part, names)
-    elif isinstance(guard, _Not):
-        _fresh_names(guard.part, names)
-
-
-def _marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
-    """Collect the steps and tools a guard reads from the marking; True if it reads all of it."""
-    if isinstance(guard, _Done):
-        steps.add(guard.step)
-    elif isinstance(guard, _CalledOk):
-        tools.add(guard.tool)
-    elif isinstance(guard, _All | _Any):
-        whole = False
-        for part in guard.parts:  # every part, not up to the first True: all refs are needed
-            whole = _marking_refs(part, steps, tools) or whole
-        return whole
-    elif isinstance(guard, _Not):
-        return _marking_refs(guard.part, steps, tools)
-    elif isinstance(guard, _Custom):
-        return guard.marking
-    elif isinstance(guard, _Told):
-        return guard.reads_marking()  # told: re-checked whenever the marking changes
-    return False
-
-
-class _Rt:
-    """A step compiled for the runner: indices instead of ids, flags instead of lookups."""
-
-    __slots__ = (
-        "before",
-        "done",
-        "done_m",
-        "edges",
-        "escalates",
-        "escalations",
-        "gate",
-        "gate_m",
-        "index",
-        "join_all",
-        "routed",
-        "simple",
-        "step",
-        "terminal",
-    )
-
-    def __init__(
-        self,
-        index: int,
-        step: Step,
-        ids: dict[str, int],
-        before: list[int],
-        escalations: tuple[int, ...] = (),
-        routed: frozenset[int] = frozenset(),
-    ) -> None:
-        self.index = index
-        self.step = step
-        self.edges = tuple(
-            (ids[e.step], e.when, e.when is not None and e.when.reads_marking()) for e in step.after
-        )
-        self.join_all = step.join == "all"
-        self.before = tuple(before)
-        self.gate = step.gate
-        self.gate_m = step.gate is not None and step.gate.reads_marking()
-        # Lowered from other steps' repair policies: entered from the stuck step when it
-        # escalates (the only way in for a step with no edges of its own).
-        self.escalations = escalations
-        self.escalates = step.repair is not None and step.repair.escalate_to is not None
-        self.done = step.done
-        self.done_m = self.done is not None and self.done.reads_marking()
-        self.terminal = step.terminal
-        # The common shape, one plain edge and nothing else: eligible exactly when that step is
-        # done (the runner skips the general check).
-        only = self.edges[0] if len(self.edges) == 1 else None
-        self.simple = (
-            only[0]
-            if only is not None
-            and only[1] is None
-            and not self.before
-            and self.gate is None
-            and not escalations
-            and only[0] not in routed
-            else None
-        )
-        # Edges out of a step that may escalate elsewhere: not taken once it has escalated.
-        self.routed = any(src in routed for src, _, _ in self.edges)
-
-    def edge_label(self) -> str:
-        return f"on an edge into step {self.step.id!r}"
-
-    def gate_label(self) -> str:
-        return f"gate of step {self.step.id!r}"
-
-    def done_label(self) -> str:
-        return f"done of step {self.step.id!r}"
-
-
-class _ResetRt:
-    __slots__ = ("guard", "last", "marking", "targets")
-
-    def __init__(self, guard: Guard, targets: tuple[int, ...]) -> None:
-        self.guard = guard
-        self.marking = guard.reads_marking()
-        self.targets = targets
-        self.last = False
 
 
 class _Ordered:
@@ -453,115 +333,37 @@ class FlowRunner:
     # -- compiling the flow for speed ---------------------------------------------------------
 
     def _compile(self, flow: Flow) -> None:
-        ids = {s.id: i for i, s in enumerate(flow.steps)}
-        self._ids = ids
-        before: dict[int, list[int]] = {}
-        for c in flow.constraints:
-            if isinstance(c, Before):
-                before.setdefault(ids[c.then], []).append(ids[c.first])
-        escalations: dict[int, list[int]] = {}
-        self._repairs: dict[int, RepairPolicy] = {}
-        for i, s in enumerate(flow.steps):
-            if s.repair is None:
-                continue
-            self._repairs[i] = s.repair
-            if s.repair.escalate_to is not None:
-                escalations.setdefault(ids[s.repair.escalate_to], []).append(i)
-        routed = frozenset(i for sources in escalations.values() for i in sources)
-        self._rt = [
-            _Rt(i, s, ids, before.get(i, []), tuple(escalations.get(i, ())), routed)
-            for i, s in enumerate(flow.steps)
-        ]
+        # The plan is the flow's, shared by every runner of it; aliases keep lookups short.
+        plan = compiled(flow)
+        self._plan = plan
+        self._ids = plan.ids
+        self._repairs = plan.repairs
+        self._rt = plan.rt
+        self._timed = plan.timed
+        self._key_steps = plan.key_steps
+        self._on_done = plan.on_done
+        self._on_tool = plan.on_tool
+        self._any_marking = plan.any_marking
+        self._succ = plan.succ
+        self._resets = plan.resets
+        self._key_resets = plan.key_resets
+        self._reset_on_done = plan.reset_on_done
+        self._reset_on_tool = plan.reset_on_tool
+        self._reset_any = plan.reset_any
+        self._once = plan.once
+        self._never = plan.never
+        self._ambient = plan.ambient
+        self._required = plan.required
+        self._required_set = plan.required_set
+        self._terminals = plan.terminals
+        self._universe = plan.universe
+        self._fresh_names = plan.fresh_names
+        self._fresh_keys = plan.fresh_keys
+        self._reset_last = [False] * len(plan.resets)  # each reset guard's last value
         self._stuck: dict[int, int] = {}  # turns each step with a repair policy stayed active
         self._entered_turn: dict[int, int] = {}  # the turn a repaired step was entered on
         self._turn_no = 0  # user turns begun (begin_turn), so an entry knows its turn
         self._escalated: set[int] = set()
-        self._timed = any(s.timing is not None for s in flow.steps)
-        n = len(flow.steps)
-        key_steps: dict[str, set[int]] = {}
-        on_done: list[set[int]] = [set() for _ in range(n)]
-        on_tool: dict[str, set[int]] = {}
-        any_marking: set[int] = set()
-        for i, rt in enumerate(self._rt):
-            for src, _, _ in rt.edges:
-                on_done[src].add(i)
-            for src in rt.before:
-                on_done[src].add(i)
-            for src in rt.escalations:
-                on_done[src].add(i)
-            for _, guard in rt.step.guards():
-                for key in guard.keys_read():
-                    key_steps.setdefault(key, set()).add(i)
-                steps: set[str] = set()
-                tools: set[str] = set()
-                if _marking_refs(guard, steps, tools):
-                    any_marking.add(i)
-                for sid in steps:
-                    on_done[ids[sid]].add(i)
-                for tool in tools:
-                    on_tool.setdefault(tool, set()).add(i)
-        self._key_steps = {k: tuple(sorted(v)) for k, v in key_steps.items()}
-        self._on_done = [tuple(sorted(v | any_marking)) for v in on_done]
-        self._on_tool = {k: tuple(sorted(v | any_marking)) for k, v in on_tool.items()}
-        self._any_marking = tuple(sorted(any_marking))
-        # Resets: their guards, and the steps they re-open (with every step after those).
-        after_me: list[list[int]] = [[] for _ in range(n)]
-        for i, rt in enumerate(self._rt):
-            for src, _, _ in rt.edges:
-                after_me[src].append(i)
-            for src in rt.escalations:
-                after_me[src].append(i)
-        self._succ = [tuple(a) for a in after_me]
-        self._resets: list[_ResetRt] = []
-        key_resets: dict[str, set[int]] = {}
-        reset_on_done: list[set[int]] = [set() for _ in range(n)]
-        reset_on_tool: dict[str, set[int]] = {}
-        reset_any: set[int] = set()
-        for c in flow.constraints:
-            if not isinstance(c, Reset):
-                continue
-            r = len(self._resets)
-            targets: set[int] = set()
-            stack = [ids[s] for s in c.steps]
-            while stack:
-                i = stack.pop()
-                if i not in targets:
-                    targets.add(i)
-                    stack.extend(after_me[i])
-            self._resets.append(_ResetRt(c.when, tuple(sorted(targets))))
-            for key in c.when.keys_read():
-                key_resets.setdefault(key, set()).add(r)
-            steps = set()
-            tools = set()
-            if _marking_refs(c.when, steps, tools):
-                reset_any.add(r)
-            for sid in steps:
-                reset_on_done[ids[sid]].add(r)
-            for tool in tools:
-                reset_on_tool.setdefault(tool, set()).add(r)
-        self._key_resets = {k: tuple(sorted(v)) for k, v in key_resets.items()}
-        self._reset_on_done = [tuple(sorted(v | reset_any)) for v in reset_on_done]
-        self._reset_on_tool = {k: tuple(sorted(v | reset_any)) for k, v in reset_on_tool.items()}
-        self._reset_any = tuple(sorted(reset_any))
-        # Admission.
-        self._once = {c.tool for c in flow.constraints if isinstance(c, Once | Commit)}
-        self._never: list[tuple[str, Guard]] = [
-            (c.tool, c.until) for c in flow.constraints if isinstance(c, Never | Commit)
-        ]
-        self._ambient = frozenset(flow.ambient)
-        required = [ids[s] for c in flow.constraints if isinstance(c, Require) for s in c.steps]
-        self._required = tuple(dict.fromkeys(required))
-        self._required_set = frozenset(self._required)
-        self._terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
-        self._universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
-        fresh: set[str] = set()
-        for s in flow.steps:
-            for _, guard in s.guards():
-                _fresh_names(guard, fresh)
-        for reset in self._resets:
-            _fresh_names(reset.guard, fresh)
-        self._fresh_names = tuple(sorted(fresh))
-        self._fresh_keys = frozenset(f"{n}:result" for n in fresh)
 
     # -- latching ---------------------------------------------------------------------------
 
@@ -595,7 +397,7 @@ class FlowRunner:
         log.exception("flow %r: the guard %s raised; it counts as not holding", self.name, where())
         return False
 
-    def _eligible(self, rt: _Rt) -> bool:
+    def _eligible(self, rt: StepRt) -> bool:
         done = self._done
         for src in rt.before:
             if not done[src]:
@@ -728,8 +530,8 @@ class FlowRunner:
     def _check_reset(self, r: int, fired: set[int], events: list[tuple[str, int]]) -> None:
         reset = self._resets[r]
         holds = self._holds(reset.guard, reset.marking, lambda: f"of reset constraint {r}")
-        rising = holds and not reset.last
-        reset.last = holds
+        rising = holds and not self._reset_last[r]
+        self._reset_last[r] = holds
         if not rising or r in fired or self._starting:
             return
         fired.add(r)
@@ -1190,8 +992,7 @@ class FlowRunner:
             if self._over:
                 self._over = False
                 self._keys_dirty |= 32
-            for reset in self._resets:
-                reset.last = False
+            self._reset_last = [False] * len(self._resets)
             self._suspended = False
             self._starting = True  # a reset guard that already holds is not a rising edge
             try:
@@ -1348,11 +1149,11 @@ class FlowRunner:
         """Whether :meth:`close` ran (the runner no longer advances)."""
         return self._closed
 
-    def _active_rts(self) -> list[_Rt]:
+    def _active_rts(self) -> list[StepRt]:
         rts = self._rt
         return [rts[i] for i in self._active_ids.index]
 
-    def _speaking_rts(self) -> list[_Rt]:
+    def _speaking_rts(self) -> list[StepRt]:
         """The steps whose posture and ground apply: the active ones, or once the flow is
         complete with nothing active, the terminal steps it ended on (its closing words)."""
         active = self._active_rts()
@@ -1548,7 +1349,7 @@ class FlowRunner:
                 tuple(self.flow.steps[i].id for i in self._required if not self._done[i]),
             )
 
-    def _why_pending(self, rt: _Rt, marking: Marking) -> Explanation | None:
+    def _why_pending(self, rt: StepRt, marking: Marking) -> Explanation | None:
         """For a pending step whose predecessors are done: what still keeps it from starting."""
         steps = self.flow.steps
         parts: list[Explanation] = []

@@ -1,0 +1,260 @@
+"""A flow compiled for its runners: built once per :class:`Flow`, shared by every runner of it.
+
+Compiling turns step ids into indices and guards into the indexes a runner needs to re-evaluate
+only what a change can affect: which steps read a key, which wait on a step or a tool, which
+resets re-open which steps. Nothing here changes after it is built; the runner keeps its own
+marking. ``compiled(flow)`` returns the flow's plan, building it the first time.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .constraints import Before, Commit, Never, Once, Require, Reset
+from .definition import Flow
+from .guards import Guard, _All, _Any, _CalledOk, _Custom, _Done, _Fresh, _Not, _Told
+from .repair import RepairPolicy
+from .steps import Step
+
+__all__ = ["CompiledFlow", "ResetRt", "StepRt", "compiled"]
+
+_lock = threading.Lock()
+
+
+def compiled(flow: Flow) -> CompiledFlow:
+    """The flow's compiled plan (built on first use, then shared; a flow is immutable)."""
+    plan: CompiledFlow | None = flow._plan
+    if plan is None or plan.registry != flow.registry:
+        with _lock:
+            plan = flow._plan
+            if plan is None or plan.registry != flow.registry:
+                plan = CompiledFlow(flow)
+                flow._plan = plan
+    return plan
+
+
+def fresh_names(guard: Guard, names: set[str]) -> None:
+    """Collect the resolvers whose freshness ``guard`` reads."""
+    if isinstance(guard, _Fresh):
+        names.add(guard.name)
+    elif isinstance(guard, _All | _Any):
+        for part in guard.parts:
+            fresh_names(part, names)
+    elif isinstance(guard, _Not):
+        fresh_names(guard.part, names)
+
+
+def marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
+    """Collect the steps and tools a guard reads from the marking; True if it reads all of it."""
+    if isinstance(guard, _Done):
+        steps.add(guard.step)
+    elif isinstance(guard, _CalledOk):
+        tools.add(guard.tool)
+    elif isinstance(guard, _All | _Any):
+        whole = False
+        for part in guard.parts:  # every part, not up to the first True: all refs are needed
+            whole = marking_refs(part, steps, tools) or whole
+        return whole
+    elif isinstance(guard, _Not):
+        return marking_refs(guard.part, steps, tools)
+    elif isinstance(guard, _Custom):
+        return guard.marking
+    elif isinstance(guard, _Told):
+        return guard.reads_marking()  # told: re-checked whenever the marking changes
+    return False
+
+
+class StepRt:
+    """A step compiled for the runner: indices instead of ids, flags instead of lookups."""
+
+    __slots__ = (
+        "before",
+        "done",
+        "done_m",
+        "edges",
+        "escalates",
+        "escalations",
+        "gate",
+        "gate_m",
+        "index",
+        "join_all",
+        "routed",
+        "simple",
+        "step",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        step: Step,
+        ids: dict[str, int],
+        before: list[int],
+        escalations: tuple[int, ...] = (),
+        routed: frozenset[int] = frozenset(),
+    ) -> None:
+        self.index = index
+        self.step = step
+        self.edges = tuple(
+            (ids[e.step], e.when, e.when is not None and e.when.reads_marking()) for e in step.after
+        )
+        self.join_all = step.join == "all"
+        self.before = tuple(before)
+        self.gate = step.gate
+        self.gate_m = step.gate is not None and step.gate.reads_marking()
+        # Lowered from other steps' repair policies: entered from the stuck step when it
+        # escalates (the only way in for a step with no edges of its own).
+        self.escalations = escalations
+        self.escalates = step.repair is not None and step.repair.escalate_to is not None
+        self.done = step.done
+        self.done_m = self.done is not None and self.done.reads_marking()
+        self.terminal = step.terminal
+        # The common shape, one plain edge and nothing else: eligible exactly when that step is
+        # done (the runner skips the general check).
+        only = self.edges[0] if len(self.edges) == 1 else None
+        self.simple = (
+            only[0]
+            if only is not None
+            and only[1] is None
+            and not self.before
+            and self.gate is None
+            and not escalations
+            and only[0] not in routed
+            else None
+        )
+        # Edges out of a step that may escalate elsewhere: not taken once it has escalated.
+        self.routed = any(src in routed for src, _, _ in self.edges)
+
+    def edge_label(self) -> str:
+        return f"on an edge into step {self.step.id!r}"
+
+    def gate_label(self) -> str:
+        return f"gate of step {self.step.id!r}"
+
+    def done_label(self) -> str:
+        return f"done of step {self.step.id!r}"
+
+
+class ResetRt:
+    """A reset constraint compiled: its guard and the steps it re-opens."""
+
+    __slots__ = ("guard", "marking", "targets")
+
+    def __init__(self, guard: Guard, targets: tuple[int, ...]) -> None:
+        self.guard = guard
+        self.marking = guard.reads_marking()
+        self.targets = targets
+
+
+class CompiledFlow:
+    """Everything a runner derives from a flow alone (see the module docstring)."""
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        self.registry = flow.registry
+        ids = {s.id: i for i, s in enumerate(flow.steps)}
+        self.ids = ids
+        before: dict[int, list[int]] = {}
+        for c in flow.constraints:
+            if isinstance(c, Before):
+                before.setdefault(ids[c.then], []).append(ids[c.first])
+        escalations: dict[int, list[int]] = {}
+        self.repairs: dict[int, RepairPolicy] = {}
+        for i, s in enumerate(flow.steps):
+            if s.repair is None:
+                continue
+            self.repairs[i] = s.repair
+            if s.repair.escalate_to is not None:
+                escalations.setdefault(ids[s.repair.escalate_to], []).append(i)
+        routed = frozenset(i for sources in escalations.values() for i in sources)
+        self.rt = [
+            StepRt(i, s, ids, before.get(i, []), tuple(escalations.get(i, ())), routed)
+            for i, s in enumerate(flow.steps)
+        ]
+        self.timed = any(s.timing is not None for s in flow.steps)
+        n = len(flow.steps)
+        key_steps: dict[str, set[int]] = {}
+        on_done: list[set[int]] = [set() for _ in range(n)]
+        on_tool: dict[str, set[int]] = {}
+        any_marking: set[int] = set()
+        for i, rt in enumerate(self.rt):
+            for src, _, _ in rt.edges:
+                on_done[src].add(i)
+            for src in rt.before:
+                on_done[src].add(i)
+            for src in rt.escalations:
+                on_done[src].add(i)
+            for _, guard in rt.step.guards():
+                for key in guard.keys_read():
+                    key_steps.setdefault(key, set()).add(i)
+                steps: set[str] = set()
+                tools: set[str] = set()
+                if marking_refs(guard, steps, tools):
+                    any_marking.add(i)
+                for sid in steps:
+                    on_done[ids[sid]].add(i)
+                for tool in tools:
+                    on_tool.setdefault(tool, set()).add(i)
+        self.key_steps = {k: tuple(sorted(v)) for k, v in key_steps.items()}
+        self.on_done = [tuple(sorted(v | any_marking)) for v in on_done]
+        self.on_tool = {k: tuple(sorted(v | any_marking)) for k, v in on_tool.items()}
+        self.any_marking = tuple(sorted(any_marking))
+        # Resets: their guards, and the steps they re-open (with every step after those).
+        after_me: list[list[int]] = [[] for _ in range(n)]
+        for i, rt in enumerate(self.rt):
+            for src, _, _ in rt.edges:
+                after_me[src].append(i)
+            for src in rt.escalations:
+                after_me[src].append(i)
+        self.succ = [tuple(a) for a in after_me]
+        self.resets: list[ResetRt] = []
+        key_resets: dict[str, set[int]] = {}
+        reset_on_done: list[set[int]] = [set() for _ in range(n)]
+        reset_on_tool: dict[str, set[int]] = {}
+        reset_any: set[int] = set()
+        for c in flow.constraints:
+            if not isinstance(c, Reset):
+                continue
+            r = len(self.resets)
+            targets: set[int] = set()
+            stack = [ids[s] for s in c.steps]
+            while stack:
+                i = stack.pop()
+                if i not in targets:
+                    targets.add(i)
+                    stack.extend(after_me[i])
+            self.resets.append(ResetRt(c.when, tuple(sorted(targets))))
+            for key in c.when.keys_read():
+                key_resets.setdefault(key, set()).add(r)
+            steps = set()
+            tools = set()
+            if marking_refs(c.when, steps, tools):
+                reset_any.add(r)
+            for sid in steps:
+                reset_on_done[ids[sid]].add(r)
+            for tool in tools:
+                reset_on_tool.setdefault(tool, set()).add(r)
+        self.key_resets = {k: tuple(sorted(v)) for k, v in key_resets.items()}
+        self.reset_on_done = [tuple(sorted(v | reset_any)) for v in reset_on_done]
+        self.reset_on_tool = {k: tuple(sorted(v | reset_any)) for k, v in reset_on_tool.items()}
+        self.reset_any = tuple(sorted(reset_any))
+        # Admission.
+        self.once = {c.tool for c in flow.constraints if isinstance(c, Once | Commit)}
+        self.never: list[tuple[str, Guard]] = [
+            (c.tool, c.until) for c in flow.constraints if isinstance(c, Never | Commit)
+        ]
+        self.ambient = frozenset(flow.ambient)
+        required = [ids[s] for c in flow.constraints if isinstance(c, Require) for s in c.steps]
+        self.required = tuple(dict.fromkeys(required))
+        self.required_set = frozenset(self.required)
+        self.terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
+        self.universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
+        fresh: set[str] = set()
+        for s in flow.steps:
+            for _, guard in s.guards():
+                fresh_names(guard, fresh)
+        for reset in self.resets:
+            fresh_names(reset.guard, fresh)
+        self.fresh_names = tuple(sorted(fresh))
+        self.fresh_keys = frozenset(f"{n}:result" for n in fresh)
+
