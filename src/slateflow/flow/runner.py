@@ -29,6 +29,7 @@ from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK, Clock, wait_on
 from ..state import Change, Key, State
 from ..state.provenance import Stamp
+from ..state.values import Prefix
 from . import signals
 from .compiled import StepRt, compiled
 from .definition import Flow
@@ -142,7 +143,11 @@ class FlowExplanation:
 
 
 class _Ordered:
-    """Step ids kept in flow order, updated one step at a time (publishing never rebuilds them)."""
+    """Step ids kept in flow order, updated one step at a time (publishing never rebuilds them).
+
+    ``ids`` only ever grows in place: the State may hold a :class:`Prefix` of it (the versions of
+    ``flow:{name}:done``), so any other change first replaces it by a copy.
+    """
 
     __slots__ = ("ids", "index")
 
@@ -157,14 +162,20 @@ class _Ordered:
             self.ids.append(sid)
             return
         at = bisect.bisect_left(index, i)
-        self.index.insert(at, i)
+        index.insert(at, i)
+        self.ids = self.ids.copy()
         self.ids.insert(at, sid)
 
     def discard(self, i: int) -> None:
         at = bisect.bisect_left(self.index, i)
         if at < len(self.index) and self.index[at] == i:
             del self.index[at]
+            self.ids = self.ids.copy()
             del self.ids[at]
+
+    def prefix(self) -> Prefix:
+        """The ids as a value to store: O(1), sharing the list."""
+        return Prefix(self.ids, len(self.ids))
 
 
 class _Waiter:
@@ -612,7 +623,7 @@ class FlowRunner:
         if dirty & 1:
             writes[keys[0]] = list(self._active_ids.ids)
         if dirty & 2:
-            writes[keys[1]] = list(self._done_ids.ids)
+            writes[keys[1]] = self._done_ids.prefix()
         if dirty & 4:
             writes[keys[2]] = self._complete
         if dirty & 8 and self._durable:

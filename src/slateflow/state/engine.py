@@ -49,7 +49,7 @@ from .policy import Policy
 from .provenance import Stamp
 from .records import Change, RawChange
 from .schema import Schemas, validate_with
-from .values import _BIG, JSON, REMOVED, clean, same
+from .values import _BIG, JSON, REMOVED, Prefix, clean, plain, same
 
 if TYPE_CHECKING:
     from .transaction import Transaction
@@ -62,7 +62,6 @@ Row = tuple[JSON, int, int, int, Stamp]
 Op = tuple[str, JSON, Stamp]
 """One validated write: ``(key, cleaned value or REMOVED, stamp)``."""
 
-_CONTAINERS = (dict, list)
 _STRICT = (dict, list, float)
 _SCALARS = frozenset({str, int, bool, type(None)})
 _wrap = Change.wrap
@@ -70,9 +69,15 @@ _wrap = Change.wrap
 
 def _equal(old: JSON, new: JSON) -> bool:
     """Whether writing ``new`` over ``old`` changes nothing (1 == 1.0 == True is not equal)."""
-    return old is new or (
-        old == new and type(old) is type(new) and (type(old) not in _STRICT or same(old, new))
-    )
+    if old is new:
+        return True
+    if old == new:
+        t = type(old)
+        if t is type(new):
+            return t not in _STRICT or same(old, new)
+        if t is Prefix or type(new) is Prefix:
+            return same(plain(old), plain(new))
+    return False
 
 
 class Engine:
@@ -392,7 +397,7 @@ class Engine:
                 if key not in self.entries:
                     self.check_new_key(key)
                 if policy.active:
-                    policy.check(key, value, stamp)
+                    policy.check(key, plain(value), stamp)
                 ops.append((key, value, stamp))
         else:
             prepare = self.prepare
@@ -461,7 +466,7 @@ class Engine:
                 return self.seq
             if store is not None:
                 rows: list[ChangeRow] = [
-                    (c[0], c[2], c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
+                    (c[0], plain(c[2]), c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
                     for c in changes
                 ]
                 try:

@@ -37,7 +37,7 @@ from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
 from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription
 from .transaction import Transaction
-from .values import JSON, MISSING, REMOVED, clean, copy_json
+from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json, plain
 from .when import Trigger
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
@@ -47,7 +47,7 @@ log = logging.getLogger("slateflow.state")
 
 
 _MISSING = MISSING
-_CONTAINERS = (dict, list)
+_CONTAINERS = (dict, list, Prefix)
 
 
 class State:
@@ -685,7 +685,7 @@ class State:
                 for name, row in self._entries.items():
                     if decl.pattern.matches(name) and self._engine.schemas.find(name) is decl:
                         try:
-                            Schemas.check(decl, name, row[0], secret=self._secret(name))
+                            Schemas.check(decl, name, plain(row[0]), secret=self._secret(name))
                         except SchemaError as exc:
                             bad.append(str(exc))
             except BaseException:

@@ -17,7 +17,17 @@ from pydantic import BaseModel
 
 from ..errors import StateValueError
 
-__all__ = ["JSON", "MISSING", "REMOVED", "clean", "copy_json", "same", "serialized_size"]
+__all__ = [
+    "JSON",
+    "MISSING",
+    "REMOVED",
+    "Prefix",
+    "clean",
+    "copy_json",
+    "plain",
+    "same",
+    "serialized_size",
+]
 
 JSON: TypeAlias = Any
 """A JSON-compatible value (kept as ``Any`` so user code needs no casts)."""
@@ -34,6 +44,49 @@ MAX_INT_DIGITS = 4300
 """The most digits an integer may have: Python cannot print a longer one (``str()`` raises),
 so it could not be shown, snapshotted or stored."""
 _BIG = 10**MAX_INT_DIGITS
+
+
+class Prefix:
+    """A stored JSON list held as the first ``n`` items of a list that only ever grows.
+
+    The runtime writes progress lists (a flow's done steps) a step at a time: every version
+    shares one list of scalars, so a step costs O(1) and the journal keeps O(1) per version
+    instead of a copy each. Readers never see it: every read (``get``, a Change's ``old`` /
+    ``new``, a snapshot, the store) gets a plain ``list``. Whoever makes one promises to only
+    append to ``items`` (copy it before any other change) and to put only scalars in it.
+    """
+
+    __slots__ = ("items", "n")
+
+    def __init__(self, items: list[JSON], n: int) -> None:
+        self.items = items
+        self.n = n
+
+    def list(self) -> list[JSON]:
+        """The value: a new plain list."""
+        return self.items[: self.n]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Prefix):
+            if self.n != other.n:
+                return False
+            return self.items is other.items or self.list() == other.list()
+        if isinstance(other, list):
+            return self.list() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return repr(self.list())
+
+
+def plain(value: JSON) -> JSON:
+    """``value`` with a :class:`Prefix` turned into its list (anything else as it is)."""
+    return value.items[: value.n] if type(value) is Prefix else value
 
 
 def _where(path: str) -> str:
@@ -118,6 +171,8 @@ def clean(value: object, key: str) -> JSON:
     t = type(value)
     if t is str or t is bool or value is None or (t is int and -_BIG < value < _BIG):
         return value
+    if t is Prefix:
+        value = value.list()  # type: ignore[attr-defined]
     return _clean(value, key, "", 0)
 
 
@@ -128,6 +183,8 @@ def copy_json(value: JSON) -> JSON:
         return {k: copy_json(v) if type(v) in _CONTAINERS else v for k, v in value.items()}
     if t is list:
         return [copy_json(v) if type(v) in _CONTAINERS else v for v in value]
+    if t is Prefix:
+        return value.items[: value.n]  # scalars only: the slice is a private copy
     return value
 
 
