@@ -19,6 +19,7 @@ A write costs the same however many receivers watch *other* keys.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import weakref
@@ -65,7 +66,7 @@ class ChangedSignal(Signal):
         if any(route.keys == wanted for route in self._routes.get(rid, [])):
             return connected  # connected again for the same key: blinker keeps one too
         route = delivery.subscriptions.make(
-            delivery.unsubscribe, _Relay(self, rid, delivery.owner), keys, None
+            delivery.unsubscribe, _relay(receiver, weak, delivery.owner), keys, None
         )
         self._routes.setdefault(rid, []).append(route)
         delivery.refresh()
@@ -90,29 +91,30 @@ class ChangedSignal(Signal):
         self._delivery.refresh()
 
 
-class _Relay:
-    """Calls a blinker receiver (through its weak reference, if any) as a subscription would."""
+def _relay(receiver: Callable[..., Any], weak: bool, owner: object) -> Callable[..., None]:
+    """A subscription callback calling a blinker receiver as ``receiver(state, changes=...)``
+    (through a weak reference when it was connected weakly, as blinker does)."""
+    ref: Callable[[], Callable[..., Any] | None]
+    if not weak:
 
-    __slots__ = ("__qualname__", "owner", "rid", "signal")
+        def relay(changes: tuple[Change, ...]) -> None:
+            receiver(owner, changes=changes)
 
-    def __init__(self, signal: ChangedSignal, rid: Any, owner: object) -> None:
-        self.signal = signal
-        self.rid = rid
-        self.owner = owner
-        self.__qualname__ = "changed receiver"
+        def ref() -> Callable[..., Any] | None:
+            return receiver
 
-    def receiver(self) -> Callable[..., Any] | None:
-        ref = self.signal.receivers.get(self.rid)
-        if ref is None:
-            return None
-        if isinstance(ref, weakref.ref):  # weakly connected (blinker's default)
-            return ref()
-        return ref
+    else:
+        ref = weakref.WeakMethod(receiver) if inspect.ismethod(receiver) else weakref.ref(receiver)
 
-    def __call__(self, changes: tuple[Change, ...]) -> None:
-        receiver = self.receiver()
-        if receiver is not None:
-            receiver(self.owner, changes=changes)
+        def relay(changes: tuple[Change, ...]) -> None:
+            live = ref()
+            if live is not None:
+                live(owner, changes=changes)
+
+    relay.__qualname__ = getattr(receiver, "__qualname__", None) or repr(receiver)
+    # Failure reports name the receiver itself, not this relay.
+    relay.__slateflow_receiver__ = ref  # type: ignore[attr-defined]
+    return relay
 
 
 class Delivery:
@@ -154,18 +156,39 @@ class Delivery:
         self.subscriptions.remove(sub)
         self.refresh()
 
+    def claim(self) -> bool:
+        """Under the lock: whether the caller may deliver its batch at once (nothing queued,
+        nobody delivering); if so it must call :meth:`deliver_now` after releasing the lock."""
+        if self._delivering or self.pending:
+            return False
+        self._delivering = True
+        return True
+
+    def deliver_now(self, batch: tuple[RawChange, ...], level: int) -> None:
+        """Deliver a batch whose delivery was :meth:`claim`-ed, then whatever queued meanwhile."""
+        try:
+            self._send(batch, level)
+        except BaseException:
+            with self._lock:
+                self._delivering = False
+            raise
+        self._drain()
+
     def deliver(self) -> None:
         """Deliver pending batches in commit order, breadth-first, from one thread at a time.
 
         A receiver's own write is committed at once but queued here, so chains of writes never
         recurse; another thread's write that arrives during delivery is delivered by this loop.
         """
-        lock = self._lock
-        pending = self.pending
-        with lock:
-            if self._delivering or not pending:
+        with self._lock:
+            if self._delivering or not self.pending:
                 return
             self._delivering = True
+        self._drain()
+
+    def _drain(self) -> None:
+        lock = self._lock
+        pending = self.pending
         try:
             while True:
                 with lock:
@@ -173,19 +196,22 @@ class Delivery:
                         self._delivering = False
                         return
                     batch, level = pending.popleft()
-                if level >= MAX_CHAIN:
-                    self._chain_stopped(batch, level)
-                    continue
-                # What receivers write now is one level deeper in this chain.
-                token = enter(level + 1)
-                try:
-                    self._dispatch(batch)
-                finally:
-                    leave(token)
+                self._send(batch, level)
         except BaseException:
             with lock:
                 self._delivering = False
             raise
+
+    def _send(self, batch: tuple[RawChange, ...], level: int) -> None:
+        if level >= MAX_CHAIN:
+            self._chain_stopped(batch, level)
+            return
+        # What receivers write now is one level deeper in this chain.
+        token = enter(level + 1)
+        try:
+            self._dispatch(batch)
+        finally:
+            leave(token)
 
     def _dispatch(self, raw: tuple[RawChange, ...]) -> None:
         if self.changed.is_muted:
@@ -231,8 +257,9 @@ class Delivery:
 
     def report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
         """Log a receiver's (or sink's) exception and send it on ``receiver_failed``."""
-        if isinstance(receiver, _Relay):
-            receiver = receiver.receiver() or receiver
+        target = getattr(receiver, "__slateflow_receiver__", None)
+        if target is not None:
+            receiver = target() or receiver
         keys = ", ".join(sorted({c.key for c in batch}))
         name = getattr(receiver, "__qualname__", None) or repr(receiver)
         log.error(

@@ -353,16 +353,23 @@ class Engine:
                 if not seq & 63:
                     self.ring.trim()
             delivery = self.delivery
-            # Queued before the sinks run, so a write a sink makes is delivered after this one.
-            listened = delivery.listening and delivery.wants(name)
-            if listened:
-                delivery.pending.append(((change,), chain_depth()))
+            # Queued (or claimed) before the sinks run, so a write a sink makes is delivered
+            # after this one.
+            now_ = queued = False
+            if delivery.listening and delivery.wants(name):
+                if delivery.claim():
+                    now_ = True
+                else:
+                    delivery.pending.append(((change,), chain_depth()))
+                    queued = True
             failures = self._feed_sinks((change,)) if self.sinks else None
         finally:
             lock.release()
         if failures:
             self._report_sink_failures(failures, (change,))
-        if listened:
+        if now_:
+            delivery.deliver_now((change,), chain_depth())
+        elif queued:
             delivery.deliver()
         if self.sync:
             self.store.sync(seq)  # type: ignore[union-attr]
@@ -442,7 +449,7 @@ class Engine:
             changes: list[RawChange] = []
             add = changes.append
             # The rows this batch replaces, to put back if the store refuses it.
-            undo: list[tuple[str, Row | None]] = []
+            undo: list[tuple[str, Row | None]] | None = [] if store is not None else None
             for key, value, stamp in ops:
                 row = entries.get(key)
                 if value is REMOVED:
@@ -453,10 +460,11 @@ class Engine:
                     old, version = None, 1
                 else:
                     old = row[0]
-                    if key not in refresh and _equal(old, value):
+                    if (old is value or _equal(old, value)) and key not in refresh:
                         continue
                     version = row[1] + 1
-                undo.append((key, row))
+                if undo is not None:
+                    undo.append((key, row))
                 if version:
                     entries[key] = (value, version, seq, at, stamp)
                 else:
@@ -464,21 +472,22 @@ class Engine:
                 add((key, old, value, version, seq, origin, not version, at, stamp, policy))
             if not changes:
                 return self.seq
-            if store is not None:
+            if undo is not None:
                 rows: list[ChangeRow] = [
                     (c[0], plain(c[2]), c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
                     for c in changes
                 ]
                 try:
-                    got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))
+                    got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))  # type: ignore[arg-type]
                 except BaseException:
                     self._undo(undo)
                     raise
                 if got_seq != seq or any(v != c[3] for v, c in zip(versions, changes, strict=True)):
                     changes = self._renumber(changes, got_seq, versions)
                     seq = got_seq
-            failures = self._record(tuple(changes), seq)
-        return self._after(tuple(changes), seq, deliver, failures)
+            batch = tuple(changes)
+            failures = self._record(batch, seq)
+        return self._after(batch, seq, deliver, failures)
 
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).
@@ -591,10 +600,18 @@ class Engine:
         """Under the lock: move the cursor, journal the batch, queue it for delivery, feed the
         sinks (their failures are reported after the lock is released)."""
         self.seq = seq
-        self.ring.append(batch)
+        if self._journaling:
+            records = self._records
+            records.extend(batch)
+            if len(records) > self.ring.limit:
+                self.ring.trim()
         delivery = self.delivery
-        if delivery.listening and (delivery.everything or any(delivery.wants(c[0]) for c in batch)):
-            delivery.pending.append((batch, chain_depth()))
+        if delivery.listening:
+            wants = delivery.wants
+            for c in batch:
+                if wants(c[0]):
+                    delivery.pending.append((batch, chain_depth()))
+                    break
         return self._feed_sinks(batch) if self.sinks else None
 
     def _after(
@@ -607,7 +624,7 @@ class Engine:
         """After the lock: report sink failures, deliver, and wait for a sync store."""
         if failures:
             self._report_sink_failures(failures, batch)
-        if deliver:
+        if deliver and self.delivery.pending:
             self.delivery.deliver()
         if self.sync:
             self.store.sync(seq)  # type: ignore[union-attr]

@@ -87,6 +87,10 @@ def _why_invalid(key: str) -> str:
     return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
 
 
+_VALID: set[str] = set()
+_VALID_MAX = 65_536
+
+
 def key_name(key: str | Key[Any] | object) -> str:
     """The name of a key given as a str or a :class:`Key` (anything else is checked, and
     refused with :class:`InvalidKeyError` if it is no key)."""
@@ -108,11 +112,17 @@ def check_key(key: object) -> str:
         raise InvalidKeyError(
             f"state key {key!r} is a {type(key).__name__}; keys are strings such as 'booking:date'"
         )
+    if key in _VALID:
+        return key
     if (
         len(key) <= MAX_KEY_LENGTH
         and _KEY_RE.fullmatch(key) is not None
         and (key.isascii() or not _has_format_character(key))
     ):
+        # Validity is a property of the string alone: remember it (a bounded set).
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        _VALID.add(key)
         return key
     raise InvalidKeyError(f"invalid state key {key!r}: {_why_invalid(key)}")
 
