@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 from blinker import Signal
 
-from slateflow import Change, Session, State
+from slateflow import Session, State
 from slateflow.demo_flow import availability, booking_flow
 from slateflow.flow import Flow, FlowRunner, Step, is_set
 from slateflow.resolve.clock import ManualClock
@@ -43,7 +43,9 @@ from slateflow.resolve.clock import ManualClock
 US = 1e6
 
 
-def per_op(fn: Callable[[], object], harness: Callable[[], object], number: int, repeat: int) -> float:
+def per_op(
+    fn: Callable[[], object], harness: Callable[[], object], number: int, repeat: int
+) -> float:
     """Median seconds per call of ``fn``, less the same loop calling ``harness``."""
     gc.collect()
     net = []
@@ -72,9 +74,7 @@ def bench_get(number: int, repeat: int) -> float:
 def bench_set(number: int, repeat: int) -> float:
     state = State()
     state.set("turn:n", 0)
-    return per_op(
-        _counter_setter(state, "turn:n"), _counter_setter(None, "turn:n"), number, repeat
-    )
+    return per_op(_counter_setter(state, "turn:n"), _counter_setter(None, "turn:n"), number, repeat)
 
 
 def bench_set_one_receiver(number: int, repeat: int) -> tuple[float, float]:
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         ("  set with one receiver minus blinker send", _fmt((one - bare) * US, "us"), "<= 0.3 us"),
         ("FlowRunner start (booking flow)", _fmt(start * US, "us"), "<= 30 us"),
         (f"{big:,}-step chain, per step", _fmt(step_big * US, "us"), ""),
-        (f"  per step vs the 200-step chain", _fmt(step_big / step200, "x"), "<= 1.3x"),
+        ("  per step vs the 200-step chain", _fmt(step_big / step200, "x"), "<= 1.3x"),
         (f"  memory held by the {big:,}-step run", f"{memory / 1e6:.1f} MB", "<= 10 MB"),
         ("write, 10,000 unrelated guards vs 10", _fmt(unrelated, "x"), "<= 1.1x"),
         ("durable step, SQLite (batch, flushed per flow)", _fmt(durable * US, "us"), "<= 90 us"),

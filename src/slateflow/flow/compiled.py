@@ -257,4 +257,3 @@ class CompiledFlow:
             fresh_names(reset.guard, fresh)
         self.fresh_names = tuple(sorted(fresh))
         self.fresh_keys = frozenset(f"{n}:result" for n in fresh)
-

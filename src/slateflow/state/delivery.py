@@ -167,11 +167,26 @@ class Delivery:
     def deliver_now(self, batch: tuple[RawChange, ...], level: int) -> None:
         """Deliver a batch whose delivery was :meth:`claim`-ed, then whatever queued meanwhile."""
         try:
-            self._send(batch, level)
+            if level >= MAX_CHAIN:
+                self._chain_stopped(batch, level)
+            elif not self.changed.is_muted:
+                # What receivers write now is one level deeper in this chain.
+                token = enter(level + 1)
+                try:
+                    self._dispatch(batch)
+                finally:
+                    leave(token)
         except BaseException:
             with self._lock:
                 self._delivering = False
             raise
+        lock = self._lock
+        lock.acquire()
+        if not self.pending:  # the common case: nothing was written meanwhile
+            self._delivering = False
+            lock.release()
+            return
+        lock.release()
         self._drain()
 
     def deliver(self) -> None:
@@ -219,7 +234,12 @@ class Delivery:
         subs = self.subscriptions
         batch: tuple[Change, ...]
         if len(raw) == 1:
-            found = subs.for_key(raw[0][0])
+            key = raw[0][0]
+            found = (
+                subs.for_key(key)
+                if subs.by_pattern or subs.everything
+                else subs.by_key.get(key, ())
+            )
             if not found:
                 return
             batch = (_wrap(raw[0]),)

@@ -356,7 +356,9 @@ class Engine:
             # Queued (or claimed) before the sinks run, so a write a sink makes is delivered
             # after this one.
             now_ = queued = False
-            if delivery.listening and delivery.wants(name):
+            if delivery.listening and (
+                name in delivery.subscriptions.by_key or delivery.wants(name)
+            ):
                 if delivery.claim():
                     now_ = True
                 else:
@@ -399,13 +401,13 @@ class Engine:
         ops: list[Op]
         policy = self.policy
         if trusted:
-            ops = []
+            entries = self.entries
+            ops = [(key, value, stamp) for key, value in writes.items()]
             for key, value in writes.items():
-                if key not in self.entries:
+                if key not in entries:
                     self.check_new_key(key)
                 if policy.active:
                     policy.check(key, plain(value), stamp)
-                ops.append((key, value, stamp))
         else:
             prepare = self.prepare
             ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
@@ -460,7 +462,10 @@ class Engine:
                     old, version = None, 1
                 else:
                     old = row[0]
-                    if (old is value or _equal(old, value)) and key not in refresh:
+                    # `old == value` first: the common case (a new value) takes no call.
+                    if (old is value or (old == value and _equal(old, value))) and (
+                        key not in refresh
+                    ):
                         continue
                     version = row[1] + 1
                 if undo is not None:
@@ -487,7 +492,13 @@ class Engine:
                     seq = got_seq
             batch = tuple(changes)
             failures = self._record(batch, seq)
-        return self._after(batch, seq, deliver, failures)
+        if failures:
+            self._report_sink_failures(failures, batch)
+        if deliver and self.delivery.pending:
+            self.delivery.deliver()
+        if self.sync:
+            self.store.sync(seq)  # type: ignore[union-attr]
+        return seq
 
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).
@@ -607,9 +618,11 @@ class Engine:
                 self.ring.trim()
         delivery = self.delivery
         if delivery.listening:
-            wants = delivery.wants
+            subs = delivery.subscriptions
+            by_key = subs.by_key
+            patterned = subs.by_pattern
             for c in batch:
-                if wants(c[0]):
+                if subs.everything or c[0] in by_key or (patterned and subs.watched(c[0])):
                     delivery.pending.append((batch, chain_depth()))
                     break
         return self._feed_sinks(batch) if self.sinks else None
