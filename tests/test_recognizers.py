@@ -1171,3 +1171,11 @@ def test_redact_leaves_no_card_number_and_is_idempotent(text: str) -> None:
 def test_redact_is_idempotent_on_any_text(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+def test_redact_is_idempotent_when_masking_a_number_uncovers_a_code() -> None:
+    """Found by hypothesis: masking the long number left "0, 10" after "pin", which the next
+    pass masked as a code. Redaction runs to a fixed point."""
+    once = redact("pin 0, 10, 0000000")
+    assert once == "pin [redacted security code], [redacted number]"
+    assert redact(once) == once

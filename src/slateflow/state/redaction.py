@@ -339,6 +339,17 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if not isinstance(text, str):
             raise TypeError(f"redact() takes the transcript text, got {type(text).__name__}")
+        # A pass can uncover what the next one would mask ("pin 0, 10, 0000000": the long
+        # number masked, "0, 10" reads as a code after "pin"): repeat to a fixed point, so
+        # redacting twice changes nothing. A pass that masks nothing ends it at once.
+        for _ in range(8):
+            done = self._once(text)
+            if done == text:
+                break
+            text = done
+        return text
+
+    def _once(self, text: str) -> str:
         if not text:
             return text
         spans: list[tuple[int, int, str]] = []
