@@ -52,43 +52,50 @@ class ChangedSignal(Signal):
     def __init__(self, delivery: Delivery) -> None:
         super().__init__("slateflow.state.changed")
         self._delivery = delivery
-        # receiver id -> its routing entries (one per key it is connected for).
-        self._routes: dict[Any, list[Subscription]] = {}
+        # receiver id -> its route: one subscription per receiver, watching the keys it is
+        # connected for (or everything), so it is called once per batch, in connection order.
+        self._routes: dict[Any, Subscription] = {}
 
     def connect(self, receiver: _F, sender: Any = ANY, weak: bool = True) -> _F:
         connected = super().connect(receiver, sender, weak)
         delivery = self._delivery
-        rid = make_id(receiver)
-        keys = None if sender is ANY or sender is delivery.owner else [sender]
-        if keys is not None and not isinstance(sender, str):
+        everything = sender is ANY or sender is delivery.owner
+        if not everything and not isinstance(sender, str):
             return connected  # another sender: blinker's own business, never sent by the State
-        wanted = frozenset(keys or ())
-        if any(route.keys == wanted for route in self._routes.get(rid, [])):
-            return connected  # connected again for the same key: blinker keeps one too
-        route = delivery.subscriptions.make(
-            delivery.unsubscribe, _relay(receiver, weak, delivery.owner), keys, None
-        )
-        self._routes.setdefault(rid, []).append(route)
+        rid = make_id(receiver)
+        subs = delivery.subscriptions
+        with delivery.lock:
+            route = self._routes.get(rid)
+            if route is None or not route.active:
+                keys = None if everything else [sender]
+                relay = _relay(receiver, weak, delivery.owner)
+                self._routes[rid] = subs.make(delivery.unsubscribe, relay, keys, None)
+            elif everything:
+                subs.widen(route)
+            else:
+                subs.add_key(route, sender)
         delivery.refresh()
         return connected
 
     def disconnect(self, receiver: Callable[..., Any], sender: Any = ANY) -> None:
         super().disconnect(receiver, sender)
+        delivery = self._delivery
         rid = make_id(receiver)
-        routes = self._routes.get(rid, [])
-        owner = self._delivery.owner
-        everything = sender is ANY
-        for route in list(routes):
-            if everything or (
-                route.keys == frozenset([sender])
-                if isinstance(sender, str)
-                else sender is owner and not route.keys
-            ):
-                self._delivery.subscriptions.remove(route)
-                routes.remove(route)
-        if not routes:
-            self._routes.pop(rid, None)
-        self._delivery.refresh()
+        with delivery.lock:
+            route = self._routes.get(rid)
+            if route is None:
+                return
+            # The state as sender means every batch, as ANY does.
+            if sender is ANY or sender is delivery.owner:
+                gone = True
+            elif isinstance(sender, str):
+                gone = not delivery.subscriptions.remove_key(route, sender)
+            else:
+                gone = False
+            if gone:
+                del self._routes[rid]
+        if gone:
+            delivery.unsubscribe(route)
 
 
 def _relay(receiver: Callable[..., Any], weak: bool, owner: object) -> Callable[..., None]:
@@ -123,6 +130,7 @@ class Delivery:
     def __init__(self, owner: object, lock: threading.RLock) -> None:
         self.owner = owner
         self._lock = lock
+        self.lock = lock
         self.subscriptions = SubscriptionIndex()
         # Batches waiting for delivery, each with the chain depth of the code that wrote it.
         self.pending: deque[tuple[tuple[RawChange, ...], int]] = deque()

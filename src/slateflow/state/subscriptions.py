@@ -59,6 +59,10 @@ class Subscription:
         return f"<Subscription #{self.id} {name} on {', '.join(what)}>"
 
 
+def _id(sub: Subscription) -> int:
+    return sub.id
+
+
 def _merge(*groups: Sequence[Subscription]) -> tuple[Subscription, ...]:
     # Subscriptions are called in the order they were made, whichever index found them.
     return tuple(sorted({s.id: s for g in groups for s in g}.values(), key=lambda s: s.id))
@@ -119,6 +123,40 @@ class SubscriptionIndex:
                 self._pattern_cache = {}
             self.everything = tuple(s for s in self.everything if s is not sub)
             self.count -= 1
+
+    def add_key(self, sub: Subscription, key: str) -> None:
+        """Make ``sub`` watch ``key`` too (it keeps its place in the order)."""
+        with self._lock:
+            if not sub.active or key in sub.keys or sub in self.everything:
+                return
+            sub.keys = sub.keys | {key}
+            self.by_key[key] = tuple(sorted((*self.by_key.get(key, ()), sub), key=_id))
+
+    def remove_key(self, sub: Subscription, key: str) -> bool:
+        """Stop ``sub`` watching ``key``; returns whether it still watches anything."""
+        with self._lock:
+            if key in sub.keys:
+                sub.keys = sub.keys - {key}
+                rest = tuple(s for s in self.by_key.get(key, ()) if s is not sub)
+                if rest:
+                    self.by_key[key] = rest
+                else:
+                    self.by_key.pop(key, None)
+            return bool(sub.keys or sub.patterns or sub in self.everything)
+
+    def widen(self, sub: Subscription) -> None:
+        """Make ``sub`` watch every key (it keeps its place in the order)."""
+        with self._lock:
+            if not sub.active or sub in self.everything:
+                return
+            for k in sub.keys:
+                rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
+                if rest:
+                    self.by_key[k] = rest
+                else:
+                    self.by_key.pop(k, None)
+            sub.keys = frozenset()
+            self.everything = tuple(sorted((*self.everything, sub), key=_id))
 
     def _pattern_subs(self, key: str) -> tuple[Subscription, ...]:
         cache = self._pattern_cache
