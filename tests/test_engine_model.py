@@ -247,3 +247,17 @@ def test_a_replica_delivers_applied_commits_like_local_ones() -> None:
         replica.engine.apply(commit)
     assert got == [("a", "x")]
     assert replica.provenance("a") == source.provenance("a")
+
+
+def test_an_ordering_store_under_encryption_still_decides_the_seq() -> None:
+    pytest.importorskip("cryptography")
+    from slateflow.state.sealing import SealedStore, Sealer, new_key
+
+    inner = _DecidingStore()
+    store = SealedStore(inner, Sealer(new_key()), lambda key: key == "card")
+    state = State(store=store)
+    state.set("card", "4111")
+    state.set("other", 1)
+    assert state.cursor == 20
+    assert inner._commits[0][3][0][1] != "4111"  # sealed on the way in
+    assert [c[0] for c in store.commits()] == [10, 20]

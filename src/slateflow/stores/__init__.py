@@ -5,7 +5,7 @@ them in a SQLite file (WAL), one transaction per group of batches, at the durabi
 A store sees only plain records (:mod:`slateflow.stores.records`); it never imports the State.
 """
 
-from .base import CheckpointStore, Durability, Store
+from .base import CheckpointStore, Durability, OrderingStore, Store
 from .memory import MemoryStore
 from .records import ChangeRow, CommitRow, EntryRow, Loaded
 from .sqlite import SQLiteStore
@@ -18,6 +18,7 @@ __all__ = [
     "EntryRow",
     "Loaded",
     "MemoryStore",
+    "OrderingStore",
     "SQLiteStore",
     "Store",
 ]
