@@ -279,6 +279,10 @@ class Flow:
         self._built = True
         self._tools = registry
         self._checked = True
+        # Compiled for the runners now, once (a cycle-free import: compiled imports this module).
+        from .compiled import compiled
+
+        compiled(self)
         return self
 
     def _plan_problems(self) -> list[str]:

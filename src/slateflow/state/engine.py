@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,26 @@ def _equal(old: JSON, new: JSON) -> bool:
         if t is Prefix or type(new) is Prefix:
             return same(plain(old), plain(new))
     return False
+
+
+_NOTHING = nullcontext()
+
+
+class _Outside:
+    """Hides the open transaction from this context for the block."""
+
+    __slots__ = ("_token", "_var")
+
+    def __init__(self, var: ContextVar[Transaction | None]) -> None:
+        self._var = var
+        self._token: Token[Transaction | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = self._var.set(None)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        self._var.reset(self._token)
 
 
 class Engine:
@@ -769,18 +789,12 @@ class Engine:
             self.tx_open -= 1
             self.fenced -= 1
 
-    @contextmanager
-    def outside_transaction(self) -> Iterator[None]:
-        """Run the block as if no transaction were open in this context (runtime writes that
-        must commit now, whatever block the writer's code is in)."""
+    def outside_transaction(self) -> AbstractContextManager[None]:
+        """A context in which this context's calls go to the state as if no transaction were
+        open (runtime writes that must commit now, whatever block the writer's code is in)."""
         if not self.tx_open or self._txvar.get() is None:
-            yield
-            return
-        token = self._txvar.set(None)
-        try:
-            yield
-        finally:
-            self._txvar.reset(token)
+            return _NOTHING
+        return _Outside(self._txvar)
 
     # -- recovery ----------------------------------------------------------------------------
 

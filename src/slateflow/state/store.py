@@ -181,6 +181,11 @@ class State:
         """Whether ``key`` is set."""
         if self._engine.tx_open and (tx := self._tx()) is not None:
             return tx.contains(key)
+        if type(key) is str:
+            if key in self._entries:
+                return True
+            check_key(key)  # an invalid key is an error, not merely absent
+            return False
         return self._row(key) is not None
 
     __contains__ = contains
