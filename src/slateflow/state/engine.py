@@ -482,10 +482,12 @@ class Engine:
                     old, version = None, 1
                 else:
                     old = row[0]
-                    # `old == value` first: the common case (a new value) takes no call.
-                    if (old is value or (old == value and _equal(old, value))) and (
-                        key not in refresh
-                    ):
+                    # The common case, a new value, costs one `==` (a Prefix, only a length).
+                    if type(value) is Prefix:
+                        unchanged = type(old) is Prefix and old.n == value.n and _equal(old, value)
+                    else:
+                        unchanged = old is value or (old == value and _equal(old, value))
+                    if unchanged and key not in refresh:
                         continue
                     version = row[1] + 1
                 if undo is not None:
