@@ -34,6 +34,7 @@ DOC_PAGES = [
     "docs/security.md",
     "docs/replay.md",
     "docs/errors.md",
+    "docs/architecture.md",
 ]
 
 

@@ -31,9 +31,6 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    InvalidKeyError,
-    ReadOnlyError,
-    StateValueError,
     StoreCorruptError,
     VersionConflictError,
 )
@@ -43,13 +40,14 @@ from .actors import Actor
 from .chains import depth as chain_depth
 from .delivery import Delivery
 from .journal import JournalSink, Ring
-from .keys import META_PREFIX, Key, check_key, key_name
-from .keys import key_list as _key_list
+from .keys import Key, check_key, key_name
 from .policy import Policy
 from .provenance import Stamp
 from .records import Change, RawChange
-from .schema import Schemas, validate_with
-from .values import _BIG, JSON, REMOVED, Prefix, clean, plain, same
+from .recovery import follow, recover
+from .schema import Schemas
+from .validation import Op, Validator
+from .values import _BIG, JSON, REMOVED, Prefix, plain, same
 
 if TYPE_CHECKING:
     from .transaction import Transaction
@@ -59,11 +57,7 @@ __all__ = ["Engine", "Op", "Row"]
 Row = tuple[JSON, int, int, int, Stamp]
 """One stored entry: ``(value, version, seq, at_ns, stamp)``. A plain tuple keeps a key small."""
 
-Op = tuple[str, JSON, Stamp]
-"""One validated write: ``(key, cleaned value or REMOVED, stamp)``."""
-
 _STRICT = (dict, list, float)
-_SCALARS = frozenset({str, int, bool, type(None)})
 _wrap = Change.wrap
 
 
@@ -130,8 +124,17 @@ class Engine:
             # A user clock is read at microsecond precision, as Provenance shows it.
             time.time_ns if clock is None else (lambda: round(clock() * 1_000_000) * 1000)
         )
-        self.default_stamp = Stamp("user", None, None, None)
-        self._stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
+        # Step 1, validation, is the Validator's; its methods are the engine's own names.
+        validator = Validator(self.entries, policy, self.schemas)
+        self.validator = validator
+        self.default_stamp = validator.default_stamp
+        self.stamp = validator.stamp
+        self.secret = validator.secret
+        self.check_new_key = validator.check_new_key
+        self.prepare = validator.prepare
+        self.check_remove = validator.check_remove
+        self.check_version_arg = validator.check_version_arg
+        self.stage_update = validator.stage_update
         # Open transactions and acting_as blocks, in any context: writes look for either only
         # while one is open (`fenced`).
         self.tx_open = 0
@@ -146,141 +149,6 @@ class Engine:
         self.delivery = Delivery(owner, self.lock)
         self.store: Store | None = None
         self.sync = False
-
-    # -- validation --------------------------------------------------------------------------
-
-    def stamp(
-        self,
-        key: object,
-        source: str,
-        writer: str | None,
-        confidence: float | None,
-        meta: Mapping[str, Any] | None,
-    ) -> Stamp:
-        """The provenance stamp of a write (cached for the common, meta-less ones)."""
-        cacheable = (
-            meta is None
-            and type(source) is str
-            and (writer is None or type(writer) is str)
-            and (confidence is None or type(confidence) is float)
-        )
-        if cacheable:
-            if source == "user" and writer is None and confidence is None:
-                return self.default_stamp
-            stamp = self._stamps.get((source, writer, confidence))
-            if stamp is not None:
-                return stamp
-        stamp = Stamp.checked(str(key), source, writer, confidence, meta)
-        if cacheable:
-            if len(self._stamps) > 4096:
-                self._stamps = {}
-            self._stamps[(source, writer, confidence)] = stamp
-        return stamp
-
-    def secret(self, key: str) -> bool:
-        """Whether the policy marks ``key`` secret."""
-        return self.policy.is_secret(key)
-
-    def check_new_key(self, key: str) -> None:
-        """Refuse a key no write may create (invalid, or a read-only ``state_meta:`` view)."""
-        check_key(key)
-        if key.startswith(META_PREFIX):
-            raise ReadOnlyError(
-                f"cannot write {key!r}: 'state_meta:' keys are read-only views of provenance; "
-                "pass source=/writer=/meta= when writing the key itself"
-            )
-
-    def prepare(self, key: str | Key[Any], value: Any, stamp: Stamp) -> tuple[str, JSON]:
-        """Validate a write of ``value`` to ``key`` (key, value, schema, policy): its name and
-        its cleaned JSON value."""
-        if type(key) is str:
-            name = key
-        elif isinstance(key, Key):
-            name = key.name
-            value = validate_with(key.adapter, name, value, key.type, secret=self.secret(name))
-        else:
-            name = check_key(key)
-        if name not in self.entries:
-            self.check_new_key(name)
-        # A declared type sees the value as written (a datetime, a model) and yields its JSON.
-        decl = self.schemas.find(name) if self.schemas.decls else None
-        if decl is not None:
-            value = Schemas.check(decl, name, value, secret=self.secret(name))
-        cleaned = clean(value, name)
-        if self.policy.active:
-            self.policy.check(name, cleaned, stamp)
-        return name, cleaned
-
-    def check_remove(self, name: str, stamp: Stamp) -> None:
-        """Refuse a removal the policy forbids."""
-        if self.policy.active:
-            self.policy.check(name, None, stamp, removing=True)
-
-    @staticmethod
-    def check_version_arg(name: str, expected: object) -> int:
-        """An ``expected_version`` argument, checked."""
-        if type(expected) is not int or expected < 0:
-            raise StateValueError(
-                f"expected_version for {name!r} must be an int >= 0 (0 = must not exist), "
-                f"got {expected!r}"
-            )
-        return expected
-
-    def stage_update(
-        self,
-        mapping: Mapping[str | Key[Any], Any],
-        stamp: Stamp,
-        remove: str | Key[Any] | Iterable[str | Key[Any]],
-        expected_versions: Mapping[str | Key[Any], int] | None,
-    ) -> tuple[list[Op], dict[str, int]]:
-        """Validate an update (for the State and transactions): its ops and expected versions."""
-        expected = {
-            (name := check_key(key_name(key))): self.check_version_arg(name, version)
-            for key, version in (expected_versions or {}).items()
-        }
-        entries = self.entries
-        prepare = self.prepare
-        odd: list[object] = []  # keys that are not plain str (a Key may repeat a str's name)
-
-        def validated(k: str | Key[Any], v: Any) -> Op:
-            if type(k) is not str:
-                odd.append(k)
-            return (*prepare(k, v, stamp), stamp)
-
-        ops: list[Op]
-        # Scalars written to existing keys of an ungoverned state need no validation work.
-        if not self.schemas.decls and not self.policy.active:
-            ops = [
-                (k, v, stamp)
-                if type(k) is str and type(v) in _SCALARS and k in entries
-                else validated(k, v)
-                for k, v in mapping.items()
-            ]
-        else:
-            ops = [validated(k, v) for k, v in mapping.items()]
-        if odd:
-            names = [op[0] for op in ops]
-            twice = sorted({n for n in names if names.count(n) > 1})
-            if twice:
-                raise StateValueError(
-                    f"update() names {', '.join(map(repr, twice))} twice (as a str and a Key?);"
-                    " give each key once"
-                )
-        if not remove:
-            return ops, expected
-        written = {op[0] for op in ops}
-        removed: set[str] = set()
-        for key in _key_list(remove):
-            name = check_key(key_name(key))
-            self.check_remove(name, stamp)
-            if name in written:
-                raise StateValueError(
-                    f"update() both writes and removes {name!r}; do one or the other"
-                )
-            if name not in removed:
-                removed.add(name)
-                ops.append((name, REMOVED, stamp))
-        return ops, expected
 
     # -- the commit path ---------------------------------------------------------------------
 
@@ -540,7 +408,7 @@ class Engine:
             undo: list[tuple[str, Row | None]] = []
             try:
                 for key, value, version, source, writer, conf, meta in rows:
-                    row = self._follow(key, version, seq)
+                    row = follow(self.entries, key, version, seq)
                     stamp = Stamp(source, writer, conf, meta)
                     undo.append((key, row))
                     if version:
@@ -556,24 +424,6 @@ class Engine:
                 raise
             failures = self._record(tuple(changes), seq)
         return self._after(tuple(changes), seq, True, failures)
-
-    def _follow(self, key: str, version: int, seq: int) -> Row | None:
-        row = self.entries.get(key)
-        if row is None:
-            try:
-                check_key(key)
-            except InvalidKeyError as exc:
-                raise StoreCorruptError(f"commit {seq}: {exc}; the store is damaged") from None
-        if version and version != (row[1] + 1 if row is not None else 1):
-            raise StoreCorruptError(
-                f"commit {seq}: {key!r} jumps to version {version} from "
-                f"{row[1] if row else 0}; the store is damaged"
-            )
-        if not version and row is None:
-            raise StoreCorruptError(
-                f"commit {seq} removes {key!r}, which is not set; the store is damaged"
-            )
-        return row
 
     def _check_versions(
         self, expected: Mapping[str, int] | None, reads: Mapping[str, int] | None
@@ -801,54 +651,5 @@ class Engine:
     # -- recovery ----------------------------------------------------------------------------
 
     def recover(self, loaded: Loaded) -> None:
-        """Rebuild entries, seq and the journal ring from a store's contents (at construction).
-
-        A bulk form of :meth:`apply` (the same checks), with one stamp per distinct provenance.
-        """
-        entries = self.entries
-        stamps: dict[tuple[str, str | None, float | None], Stamp] = {}
-
-        def stamp_of(
-            source: str, writer: str | None, conf: float | None, meta: dict[str, Any] | None
-        ) -> Stamp:
-            if meta:
-                return Stamp(source, writer, conf, meta)
-            stamp = stamps.get((source, writer, conf))
-            if stamp is None:
-                stamp = stamps[(source, writer, conf)] = Stamp(source, writer, conf, None)
-            return stamp
-
-        for key, value, version, row_seq, at, source, writer, conf, meta in loaded.base:
-            try:
-                check_key(key)
-            except InvalidKeyError as exc:
-                raise StoreCorruptError(
-                    f"the base at seq {loaded.base_seq}: {exc}; the store is damaged"
-                ) from None
-            entries[key] = (value, version, row_seq, at, stamp_of(source, writer, conf, meta))
-        commits = loaded.commits
-        size = self.ring.size
-        tail = len(commits) - size  # commits from here on may feed the journal ring
-        policy = self.policy
-        ring: list[RawChange] = []
-        seq = loaded.base_seq
-        follow = self._follow
-        for n, (seq, at, origin, changes) in enumerate(commits):
-            for key, value, version, source, writer, conf, meta in changes:
-                row = entries.get(key)
-                if row is None or not version or version != row[1] + 1:
-                    follow(key, version, seq)  # the slow path names what is wrong, if anything
-                stamp = stamp_of(source, writer, conf, meta)
-                if version:
-                    entries[key] = (value, version, seq, at, stamp)
-                else:
-                    del entries[key]
-                if n >= tail:
-                    old = None if row is None else row[0]
-                    ring.append(
-                        (key, old, value, version, seq, origin, not version, at, stamp, policy)
-                    )
-        self.seq = seq
-        self.ring.clear(commits[tail - 1][0] if 0 < tail <= len(commits) else loaded.base_seq)
-        self.ring.append(ring)
-        self.ring.trim()
+        """Rebuild entries, seq and the journal ring from a store's contents (at construction)."""
+        recover(self, loaded)
