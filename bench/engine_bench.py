@@ -25,7 +25,6 @@ import gc
 import statistics
 import sys
 import tempfile
-import time
 import timeit
 import tracemalloc
 from collections.abc import Callable
@@ -34,6 +33,10 @@ from typing import Any
 
 import anyio
 from blinker import Signal
+from flow_bench import bench_linear, linear_flow
+from peers import burr_chain, burr_durable, langgraph_chain
+from state_bench import per_op as state_per_op
+from store_bench import bench_flow
 
 from slateflow import Session, State
 from slateflow.demo_flow import availability, booking_flow
@@ -47,13 +50,7 @@ def per_op(
     fn: Callable[[], object], harness: Callable[[], object], number: int, repeat: int
 ) -> float:
     """Median seconds per call of ``fn``, less the same loop calling ``harness``."""
-    gc.collect()
-    net = []
-    for _ in range(repeat):
-        base = timeit.timeit(harness, number=number)
-        spent = timeit.timeit(fn, number=number)
-        net.append(max(spent - base, 0.0) / number)
-    return statistics.median(net)
+    return state_per_op(fn, number, repeat, harness)[0]
 
 
 def _counter_setter(state: State | None, key: str) -> Callable[[], object]:
@@ -105,39 +102,10 @@ def bench_set_one_receiver(number: int, repeat: int) -> tuple[float, float]:
     return with_receiver, bare
 
 
-def chain(steps: int) -> Flow:
-    return Flow(
-        "chain",
-        [
-            Step(f"s{i}", after=[f"s{i - 1}"] if i else [], done=is_set(f"k:{i}"))
-            for i in range(steps)
-        ],
-    ).build()
-
-
-def bench_chain(steps: int, repeat: int) -> float:
-    """Median seconds per step of a ``steps``-step chain, one write per step."""
-    flow = chain(steps)
-    keys = [f"k:{i}" for i in range(steps)]
-    samples = []
-    for _ in range(repeat):
-        state = State()
-        runner = FlowRunner(flow, state)
-        set_ = state.set
-        gc.collect()
-        start = time.perf_counter()
-        for key in keys:
-            set_(key, True)
-        samples.append((time.perf_counter() - start) / steps)
-        assert runner.is_complete, "the flow did not complete"
-        runner.close()
-    return statistics.median(samples)
-
-
 def chain_memory(steps: int) -> float:
     """Bytes a completed ``steps``-step chain holds (State, journal, runner); the flow itself,
     compiled once and shared by every runner of it, is made before measuring."""
-    flow = chain(steps).compile()
+    flow = linear_flow(steps).compile()
     gc.collect()
     tracemalloc.start()
     state = State()
@@ -191,148 +159,15 @@ def bench_unrelated(few: int, many: int, number: int, repeat: int) -> float:
     return statistics.median(ratios)
 
 
-def _three_steps(name: str) -> Flow:
-    """A call's 3-step flow, over keys of its own (a new call starts with none of them set)."""
-    return Flow(
-        name,
-        [
-            Step("ask", done=is_set(f"{name}:date")),
-            Step("check", after=["ask"], done=is_set(f"{name}:slots")),
-            Step("book", after=["check"], done=is_set(f"{name}:booked")),
-        ],
-    ).compile()
-
-
 def bench_durable(flows: int, repeat: int) -> float:
-    """Per step: a 3-step flow on a durable state (batch), flushed once per flow, each step
-    completed by one write (as bench/store_bench.py measures it)."""
-    samples = []
+    """Per step: a 3-step flow on a durable state (batch), each step completed by one write,
+    flushed once per flow: ``bench/store_bench.py``'s job, median of ``repeat`` runs."""
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeat):
-            state = State.open(Path(tmp) / f"bench-{r}.db")
-            # One flow per call, defined (and compiled) before the calls, as an app does.
-            built = [_three_steps(f"f{n}") for n in range(flows)]
-            gc.collect()
-            start = time.perf_counter()
-            for flow in built:
-                runner = FlowRunner(flow, state)
-                name = flow.name
-                state.set(f"{name}:date", "Saturday", source="extraction", writer="slots")
-                state.set(f"{name}:slots", ["19:00", "19:30"], source="fetch", writer="lookup")
-                state.set(f"{name}:booked", True, source="tool", writer="book_table")
-                state.flush()
-                assert runner.is_complete
-                runner.close()
-            samples.append((time.perf_counter() - start) / (flows * 3))
-            state.close()
-    return statistics.median(samples)
-
-
-def bench_burr_chain(steps: int, repeat: int) -> float | None:
-    try:
-        from burr.core import ApplicationBuilder, default
-        from burr.core import State as BurrState
-        from burr.core.action import action
-    except ImportError:
-        return None
-
-    @action(reads=["i"], writes=["i"])
-    def step(state: BurrState) -> BurrState:
-        return state.update(i=state["i"] + 1)
-
-    samples = []
-    for _ in range(repeat):
-        app = (
-            ApplicationBuilder()
-            .with_actions(**{f"s{i}": step for i in range(steps)})
-            .with_transitions(*[(f"s{i}", f"s{i + 1}", default) for i in range(steps - 1)])
-            .with_state(i=0)
-            .with_entrypoint("s0")
-            .build()
-        )
-        gc.collect()
-        start = time.perf_counter()
-        for _ in range(steps):
-            app.step()
-        samples.append((time.perf_counter() - start) / steps)
-    return statistics.median(samples)
-
-
-def bench_burr_durable(flows: int, repeat: int) -> float | None:
-    """Burr's SQLite persister (WAL, synchronous=NORMAL) saving every step of a 3-step app."""
-    try:
-        import sqlite3
-
-        from burr.core import ApplicationBuilder, default
-        from burr.core import State as BurrState
-        from burr.core.action import action
-        from burr.core.persistence import SQLLitePersister
-    except ImportError:
-        return None
-
-    @action(reads=["i"], writes=["i"])
-    def step(state: BurrState) -> BurrState:
-        return state.update(i=state["i"] + 1)
-
-    samples = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(repeat):
-            path = str(Path(tmp) / f"burr-{r}.db")
-            conn = sqlite3.connect(path, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            persister = SQLLitePersister(path, table_name="burr_state", connection=conn)
-            persister.initialize()
-            gc.collect()
-            start = time.perf_counter()
-            for n in range(flows):
-                app = (
-                    ApplicationBuilder()
-                    .with_actions(a=step, b=step, c=step)
-                    .with_transitions(("a", "b", default), ("b", "c", default))
-                    .with_state(i=0)
-                    .with_entrypoint("a")
-                    .with_identifiers(app_id=f"app-{n}")
-                    .with_state_persister(persister)
-                    .build()
-                )
-                for _ in range(3):
-                    app.step()
-            samples.append((time.perf_counter() - start) / (flows * 3))
-            conn.close()
-    return statistics.median(samples)
-
-
-def bench_langgraph_chain(steps: int, repeat: int) -> float | None:
-    try:
-        from typing import TypedDict
-
-        from langgraph.graph import END, START, StateGraph
-    except ImportError:
-        return None
-
-    class S(TypedDict):
-        i: int
-
-    def node(state: S) -> dict[str, int]:
-        return {"i": state["i"] + 1}
-
-    graph = StateGraph(S)
-    for i in range(steps):
-        graph.add_node(f"s{i}", node)
-    graph.add_edge(START, "s0")
-    for i in range(steps - 1):
-        graph.add_edge(f"s{i}", f"s{i + 1}")
-    graph.add_edge(f"s{steps - 1}", END)
-    app = graph.compile()
-    samples = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        out = app.invoke({"i": 0}, {"recursion_limit": steps + 10})
-        samples.append((time.perf_counter() - start) / steps)
-        assert out["i"] == steps
-    return statistics.median(samples)
+            path = Path(tmp) / f"bench-{r}.db"
+            runs.append(bench_flow(lambda path=path: State.open(path), flows) / 1e3)
+    return statistics.median(runs)
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -351,16 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     get = bench_get(number, repeat)
     set_ = bench_set(number, repeat)
     one, bare = bench_set_one_receiver(number, repeat)
-    step200 = bench_chain(200, repeat * 3)
-    burr = bench_burr_chain(200, repeat)
-    langgraph = bench_langgraph_chain(200, max(repeat // 2, 2))
+    step200 = bench_linear(200, repeat * 3)
+    burr = burr_chain(200, repeat)
+    langgraph = langgraph_chain(200, max(repeat // 2, 2))
     start = bench_runner_start(200 if q else 5_000, repeat)
     big = 2_000 if q else 10_000
-    step_big = bench_chain(big, 3 if q else 5)
+    step_big = bench_linear(big, 3 if q else 5)
     memory = chain_memory(big)
     unrelated = bench_unrelated(10, 10_000, number // 10, repeat)
     durable = bench_durable(30 if q else 400, 3 if q else 5)
-    burr_durable = bench_burr_durable(30 if q else 400, 3 if q else 5)
+    burr_durable_s = burr_durable(30 if q else 400, 3 if q else 5)
     rows: list[tuple[str, str, str]] = [
         ("guarded flow step (200-step chain)", _fmt(step200 * US, "us"), "<= 5 us"),
         ("  Burr, the same chain", _fmt(burr and burr * US, "us"), "(peer)"),
@@ -378,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         ("durable step, SQLite (batch, flushed per flow)", _fmt(durable * US, "us"), "<= 90 us"),
         (
             "  Burr SQLite persister (WAL, synchronous=NORMAL)",
-            _fmt(burr_durable and burr_durable * US, "us"),
+            _fmt(burr_durable_s and burr_durable_s * US, "us"),
             "(peer: slateflow below it)",
         ),
         ("get", _fmt(get * US, "us"), "<= 0.1 us"),

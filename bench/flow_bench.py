@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from peers import burr_chain
+
 from slateflow import Flow, FlowRunner, State, Step, is_set
 
 Timing = float
@@ -127,38 +129,6 @@ def bench_one_read(many: int, number: int, repeat: int) -> float:
     return result
 
 
-def bench_burr(steps: int, repeat: int) -> float | None:
-    """The same linear job in Burr (``pip install burr``), when it is installed: a peer
-    measured on this machine, so the comparison does not depend on whose machine is faster."""
-    try:
-        from burr.core import ApplicationBuilder, default
-        from burr.core import State as BurrState
-        from burr.core.action import action
-    except ImportError:
-        return None
-
-    @action(reads=["i"], writes=["i"])
-    def step(state: BurrState) -> BurrState:
-        return state.update(i=state["i"] + 1)
-
-    samples = []
-    for _ in range(repeat):
-        app = (
-            ApplicationBuilder()
-            .with_actions(**{f"s{i}": step for i in range(steps)})
-            .with_transitions(*[(f"s{i}", f"s{i + 1}", default) for i in range(steps - 1)])
-            .with_state(i=0)
-            .with_entrypoint("s0")
-            .build()
-        )
-        gc.collect()
-        start = time.perf_counter()
-        for _ in range(steps):
-            app.step()
-        samples.append((time.perf_counter() - start) / steps)
-    return statistics.median(samples)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
@@ -171,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     writes = bench_write_only(200, repeat * 4)
     few, many, ratio = bench_unread(10, 10_000, number, repeat)
     one = bench_one_read(10_000, number, repeat)
-    burr = bench_burr(200, repeat)
+    burr = burr_chain(200, repeat)
     rows = [
         ("linear flow of 200 steps, per step", linear * us, "us", "<= 10 us"),
         ("  the writes alone (no runner), per step", writes * us, "us", "(reference)"),

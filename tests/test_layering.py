@@ -34,22 +34,29 @@ def _absolute(module: str | None, level: int, path: Path) -> str:
     return ".".join([*base, module] if module else base)
 
 
+def _members(tree: ast.AST) -> set[str]:
+    """The names a module's classes define: methods and ``self.x = ...`` attributes."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(item.name)
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and isinstance(node.ctx, ast.Store)
+        ):
+            names.add(node.attr)
+    return names
+
+
 def _state_private_members() -> set[str]:
     """Private names the state layer's classes define (methods and ``self._x`` attributes)."""
     names: set[str] = set()
     for path in _modules(STATE):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-                        names.add(item.name)
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
-                and isinstance(node.ctx, ast.Store)
-            ):
-                names.add(node.attr)
+        names |= _members(ast.parse(path.read_text(), str(path)))
     return {n for n in names if n.startswith("_") and not n.startswith("__")}
 
 
@@ -75,20 +82,7 @@ def _private_reaches(path: Path, private: set[str]) -> list[str]:
     reaching into a State, an engine, a transaction or a subscription from outside."""
     found = []
     tree = ast.parse(path.read_text(), str(path))
-    own: set[str] = set()
-    for node in ast.walk(tree):
-        # A class of this module may define the same private name for itself.
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-                    own.add(item.name)
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "self"
-            and isinstance(node.ctx, ast.Store)
-        ):
-            own.add(node.attr)
+    own = _members(tree)  # a class of this module may define the same private name for itself
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or node.attr not in private:
             continue

@@ -382,13 +382,7 @@ class Engine:
                     seq = got_seq
             batch = tuple(changes)
             failures = self._record(batch, seq)
-        if failures:
-            self._report_sink_failures(failures, batch)
-        if deliver and self.delivery.pending:
-            self.delivery.deliver()
-        if self.sync:
-            self.store.sync(seq)  # type: ignore[union-attr]
-        return seq
+        return self._after(batch, seq, deliver, failures)
 
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).

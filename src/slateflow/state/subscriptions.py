@@ -112,12 +112,7 @@ class SubscriptionIndex:
             if not sub.active:
                 return  # closed already, maybe by another thread at the same moment
             sub.active = False
-            for k in sub.keys:
-                rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
-                if rest:
-                    self.by_key[k] = rest
-                else:
-                    self.by_key.pop(k, None)
+            self._unindex(sub, sub.keys)
             if sub.patterns:
                 self.by_pattern = tuple(s for s in self.by_pattern if s is not sub)
                 self._pattern_cache = {}
@@ -137,11 +132,7 @@ class SubscriptionIndex:
         with self._lock:
             if key in sub.keys:
                 sub.keys = sub.keys - {key}
-                rest = tuple(s for s in self.by_key.get(key, ()) if s is not sub)
-                if rest:
-                    self.by_key[key] = rest
-                else:
-                    self.by_key.pop(key, None)
+                self._unindex(sub, (key,))
             return bool(sub.keys or sub.patterns or sub in self.everything)
 
     def widen(self, sub: Subscription) -> None:
@@ -149,14 +140,18 @@ class SubscriptionIndex:
         with self._lock:
             if not sub.active or sub in self.everything:
                 return
-            for k in sub.keys:
-                rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
-                if rest:
-                    self.by_key[k] = rest
-                else:
-                    self.by_key.pop(k, None)
+            self._unindex(sub, sub.keys)
             sub.keys = frozenset()
             self.everything = tuple(sorted((*self.everything, sub), key=_id))
+
+    def _unindex(self, sub: Subscription, keys: Iterable[str]) -> None:
+        """Drop ``sub`` from the exact-key index of ``keys`` (call under the lock)."""
+        for k in keys:
+            rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
+            if rest:
+                self.by_key[k] = rest
+            else:
+                self.by_key.pop(k, None)
 
     def _pattern_subs(self, key: str) -> tuple[Subscription, ...]:
         cache = self._pattern_cache
