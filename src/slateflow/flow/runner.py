@@ -202,6 +202,7 @@ _running: weakref.WeakKeyDictionary[State, dict[str, weakref.ref[FlowRunner]]] =
     weakref.WeakKeyDictionary()
 )
 _running_lock = threading.Lock()
+_NO_RESETS: set[int] = set()  # never added to: a flow without resets fires none
 
 
 class FlowRunner:
@@ -447,8 +448,10 @@ class FlowRunner:
         events: list[tuple[str, int]] = []
         heap = self._heap
         queued = self._queued
-        fired: set[int] = set()  # a reset fires at most once per settling: no ping-pong
+        # A reset fires at most once per settling: no ping-pong.
+        fired: set[int] = set() if self._resets else _NO_RESETS
         settle = self._settle
+        pop = heapq.heappop
         while True:
             if self._dirty_resets:
                 dirty = sorted(self._dirty_resets)
@@ -457,7 +460,7 @@ class FlowRunner:
                     self._check_reset(r, fired, events)
             if not heap:
                 break
-            i = heapq.heappop(heap)
+            i = pop(heap)
             queued[i] = False
             settle(i, events)
         complete = self._is_complete()
@@ -637,9 +640,8 @@ class FlowRunner:
             writes[keys[5]] = self._over
         try:
             # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
-            self.state.engine.commit_owned(
-                writes, (), self._stamp, "flow", deliver=False, trusted=True
-            )
+            engine = self.state.engine
+            engine.commit_owned(writes, (), self._stamp, "flow", deliver=False, trusted=True)
         except SlateError as exc:
             log.error("flow %r: its progress keys could not be written: %s", self.name, exc)
 

@@ -286,19 +286,21 @@ class Engine:
         copy: only for fresh plain JSON the caller built and will not change (keys and policies
         are still checked). Returns the commit's seq.
         """
-        ops: list[Op]
+        ops: list[Op] = []
+        add = ops.append
         policy = self.policy
         if trusted:
             entries = self.entries
-            ops = [(key, value, stamp) for key, value in writes.items()]
             for key, value in writes.items():
                 if key not in entries:
                     self.check_new_key(key)
                 if policy.active:
                     policy.check(key, plain(value), stamp)
+                add((key, value, stamp))
         else:
             prepare = self.prepare
-            ops = [(*prepare(key, value, stamp), stamp) for key, value in writes.items()]
+            for key, value in writes.items():
+                add((*prepare(key, value, stamp), stamp))
         for key in removes:
             self.check_remove(key, stamp)
             ops.append((key, REMOVED, stamp))
@@ -382,7 +384,9 @@ class Engine:
                     seq = got_seq
             batch = tuple(changes)
             failures = self._record(batch, seq)
-        return self._after(batch, seq, deliver, failures)
+        if failures or self.sync or (deliver and self.delivery.pending):
+            return self._after(batch, seq, deliver, failures)
+        return seq
 
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).
