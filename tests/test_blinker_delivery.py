@@ -181,3 +181,22 @@ def test_a_sender_other_than_a_key_or_the_state_is_never_sent_by_the_state() -> 
 
 def test_changed_is_a_blinker_signal() -> None:
     assert isinstance(State().changed, Signal)
+
+
+def test_a_receiver_connected_after_a_collected_one_is_called() -> None:
+    """A collected receiver's route goes with it: a new receiver (which may get the same id)
+    is routed afresh."""
+    state = State()
+    calls: list[str] = []
+    for n in range(5):
+
+        def receiver(sender: object, changes: tuple[Change, ...], n: int = n) -> None:
+            calls.append(f"r{n}")
+
+        state.changed.connect(receiver, sender="a")
+        state.set("a", n)
+        del receiver
+        gc.collect()
+    assert calls == ["r0", "r1", "r2", "r3", "r4"]
+    state.changed.disconnect(print)  # any connect or disconnect removes collected routes
+    assert state.engine.delivery.subscriptions.count == 0

@@ -55,6 +55,7 @@ class ChangedSignal(Signal):
         # receiver id -> its route: one subscription per receiver, watching the keys it is
         # connected for (or everything), so it is called once per batch, in connection order.
         self._routes: dict[Any, Subscription] = {}
+        self._graveyard: list[Any] = []  # ids of weakly connected receivers since collected
 
     def connect(self, receiver: _F, sender: Any = ANY, weak: bool = True) -> _F:
         connected = super().connect(receiver, sender, weak)
@@ -65,10 +66,11 @@ class ChangedSignal(Signal):
         rid = make_id(receiver)
         subs = delivery.subscriptions
         with delivery.lock:
+            self._bury()
             route = self._routes.get(rid)
             if route is None or not route.active:
                 keys = None if everything else [sender]
-                relay = _relay(receiver, weak, delivery.owner)
+                relay = _relay(receiver, weak, delivery.owner, lambda _: self._dead(rid))
                 self._routes[rid] = subs.make(delivery.unsubscribe, relay, keys, None)
             elif everything:
                 subs.widen(route)
@@ -82,6 +84,7 @@ class ChangedSignal(Signal):
         delivery = self._delivery
         rid = make_id(receiver)
         with delivery.lock:
+            self._bury()
             route = self._routes.get(rid)
             if route is None:
                 return
@@ -97,10 +100,29 @@ class ChangedSignal(Signal):
         if gone:
             delivery.unsubscribe(route)
 
+    def _dead(self, rid: Any) -> None:
+        # Called by the garbage collector, maybe while this thread holds a lock: only note it
+        # (list.append takes no lock); the next connect or disconnect removes the route.
+        self._graveyard.append(rid)
 
-def _relay(receiver: Callable[..., Any], weak: bool, owner: object) -> Callable[..., None]:
+    def _bury(self) -> None:
+        """Remove the routes of collected receivers (before a new receiver reuses an id)."""
+        while self._graveyard:
+            rid = self._graveyard.pop()
+            route = self._routes.pop(rid, None)
+            if route is not None:
+                self._delivery.unsubscribe(route)
+
+
+def _relay(
+    receiver: Callable[..., Any],
+    weak: bool,
+    owner: object,
+    on_dead: Callable[[Any], None],
+) -> Callable[..., None]:
     """A subscription callback calling a blinker receiver as ``receiver(state, changes=...)``
-    (through a weak reference when it was connected weakly, as blinker does)."""
+    (through a weak reference when it was connected weakly, as blinker does; ``on_dead`` runs
+    when the receiver is collected)."""
     ref: Callable[[], Callable[..., Any] | None]
     if not weak:
 
@@ -111,7 +133,11 @@ def _relay(receiver: Callable[..., Any], weak: bool, owner: object) -> Callable[
             return receiver
 
     else:
-        ref = weakref.WeakMethod(receiver) if inspect.ismethod(receiver) else weakref.ref(receiver)
+        ref = (
+            weakref.WeakMethod(receiver, on_dead)
+            if inspect.ismethod(receiver)
+            else weakref.ref(receiver, on_dead)
+        )
 
         def relay(changes: tuple[Change, ...]) -> None:
             live = ref()
@@ -129,7 +155,6 @@ class Delivery:
 
     def __init__(self, owner: object, lock: threading.RLock) -> None:
         self.owner = owner
-        self._lock = lock
         self.lock = lock
         self.subscriptions = SubscriptionIndex()
         # Batches waiting for delivery, each with the chain depth of the code that wrote it.
@@ -138,7 +163,6 @@ class Delivery:
         # Whether any receiver exists; it may stay True after a weak receiver is collected,
         # which only costs a delivery that finds nobody.
         self.listening = False
-        self.everything = False
         self.changed = ChangedSignal(self)
         self.receiver_failed = Signal("slateflow.state.receiver_failed")
         self.wants = self.subscriptions.watched
@@ -146,10 +170,8 @@ class Delivery:
     def refresh(self) -> None:
         """Recompute the listening flags (after a receiver comes or goes)."""
         # Under the lock, so the last refresh always reflects every finished (un)subscribe.
-        with self._lock:
-            subs = self.subscriptions
-            self.listening = subs.count > 0
-            self.everything = bool(subs.everything)
+        with self.lock:
+            self.listening = self.subscriptions.count > 0
 
     def subscribe(
         self, callback: Callable[[tuple[Change, ...]], Any], keys: list[str] | None, pattern: Any
@@ -185,10 +207,10 @@ class Delivery:
                 finally:
                     leave(token)
         except BaseException:
-            with self._lock:
+            with self.lock:
                 self._delivering = False
             raise
-        lock = self._lock
+        lock = self.lock
         lock.acquire()
         if not self.pending:  # the common case: nothing was written meanwhile
             self._delivering = False
@@ -203,14 +225,14 @@ class Delivery:
         A receiver's own write is committed at once but queued here, so chains of writes never
         recurse; another thread's write that arrives during delivery is delivered by this loop.
         """
-        with self._lock:
+        with self.lock:
             if self._delivering or not self.pending:
                 return
             self._delivering = True
         self._drain()
 
     def _drain(self) -> None:
-        lock = self._lock
+        lock = self.lock
         pending = self.pending
         try:
             while True:

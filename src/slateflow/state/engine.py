@@ -4,7 +4,7 @@ store → deliver.
 Every write reaches the engine: ``State.set`` / ``update`` / ``modify`` / ``remove`` /
 ``rename`` / ``clear_prefix``, a transaction's commit, a resolver's or a flow's own keys
 (:meth:`Engine.commit_owned`), and a commit made elsewhere that a replica applies
-(:meth:`Engine.apply`). The steps, in order, all under the engine's lock:
+(:meth:`Engine.apply`). The steps, in order (2 to 5 under the engine's lock):
 
 1. **validate**: key, value (JSON), declared schema, policy (:meth:`prepare`, done by the caller
    before it hands over its ops, so a refused write holds no lock);
@@ -13,7 +13,8 @@ Every write reaches the engine: ``State.set`` / ``update`` / ``modify`` / ``remo
 3. **provenance**: the op's :class:`Stamp` and the commit time go into the row;
 4. **store**: the batch goes to the store, which may refuse it (the rows are put back) and
    which says what it committed (seq, versions) — a shared store decides the order;
-5. **journal**: the batch joins the journal ring and feeds the sinks;
+5. **journal**: the cursor moves on, the batch joins the journal ring and feeds the sinks, and
+   is queued for delivery if a receiver watches one of its keys;
 6. **deliver**: after the lock is released, the batch is sent on ``state.changed`` to its
    receivers, in the order they connected (see :mod:`slateflow.state.delivery`).
 
@@ -25,8 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -586,18 +587,6 @@ class Engine:
     def actor(self) -> Actor | None:
         """The actor this context writes as, if any."""
         return self._actorvar.get()
-
-    @contextmanager
-    def as_nobody(self) -> Iterator[None]:
-        """Run the block with no actor fence (callbacks the runtime runs for everyone)."""
-        if self.actor() is None:
-            yield
-            return
-        token = self.push_actor(None)
-        try:
-            yield
-        finally:
-            self.pop_actor(token)
 
     def admit(
         self, keys: Iterable[str | Key[Any]], source: str, writer: str | None

@@ -67,7 +67,10 @@ class State:
     """
 
     changed: Signal
-    """Sent once per committed batch: ``receiver(state, changes=tuple_of_Change)``."""
+    """The blinker signal every reaction to the State receives from, flows included: sent once
+    per committed batch, ``receiver(state, changes=tuple_of_Change)``. Connect with a key as the
+    sender to receive only the batches that change it; ``muted()`` mutes every receiver.
+    Receivers run in the order they were connected (see :mod:`slateflow.state.delivery`)."""
 
     receiver_failed: Signal
     """Sent when a subscriber, watcher, signal receiver or sink raises:
