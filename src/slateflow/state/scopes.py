@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ReadOnlyError
 from .records import Entry
@@ -12,7 +13,7 @@ from .values import MISSING as _MISSING
 if TYPE_CHECKING:
     from .store import State
 
-__all__ = ["SCOPES", "ReadOnlyView", "ScopedView"]
+__all__ = ["SCOPES", "ReadOnlyView", "ScopedView", "Scopes"]
 
 SCOPES = ("app", "user", "session", "temp", "turn", "bg", "derived")
 """The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``state.end_turn()``)."""
@@ -136,3 +137,43 @@ class ReadOnlyView(ScopedView):
     def clear(self, **kwargs: Any) -> int:
         """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
         return self._refuse()  # type: ignore[no-any-return]
+
+
+class Scopes:
+    """The State's scoped views (a part of the :class:`~slateflow.state.State` façade)."""
+
+    @cached_property
+    def app(self) -> ScopedView:
+        """Keys under ``app:`` (application-wide configuration and facts)."""
+        return ScopedView(cast("State", self), "app")
+
+    @cached_property
+    def user(self) -> ScopedView:
+        """Keys under ``user:`` (what is known about the person)."""
+        return ScopedView(cast("State", self), "user")
+
+    @cached_property
+    def session(self) -> ScopedView:
+        """Keys under ``session:`` (this conversation)."""
+        return ScopedView(cast("State", self), "session")
+
+    @cached_property
+    def temp(self) -> ScopedView:
+        """Keys under ``temp:`` (scratch; cleared by :meth:`end_turn`)."""
+        return ScopedView(cast("State", self), "temp")
+
+    @cached_property
+    def turn(self) -> ScopedView:
+        """Keys under ``turn:`` (this turn only; cleared by :meth:`end_turn`)."""
+        return ScopedView(cast("State", self), "turn")
+
+    @cached_property
+    def bg(self) -> ScopedView:
+        """Keys under ``bg:`` (background work bookkeeping)."""
+        return ScopedView(cast("State", self), "bg")
+
+    @cached_property
+    def derived(self) -> ReadOnlyView:
+        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError):
+        values :meth:`derive` computes."""
+        return ReadOnlyView(cast("State", self), "derived")

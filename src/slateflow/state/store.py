@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cached_property
 from typing import Any, TypeVar, overload
 
 from blinker import Signal
 
 from ..errors import (
-    HistoryError,
     KeyExistsError,
     MissingKeyError,
     SchemaError,
     StoreCorruptError,
-    UsageError,
 )
-from ..stores.base import Durability, Store
-from ..stores.records import EntryRow
-from . import snapshots, waits
+from ..stores.base import Store
+from . import waits
 from .actors import Actor
 from .derived import Derived
 from .engine import Engine, Row
+from .governance import Governance
 from .journal import JournalSink
 from .keys import META_PREFIX, Key, check_key, key_name, result_key
 from .keys import key_list as _key_list
-from .policy import Policy, Rule, name_set
+from .persistence import Persistence
+from .policy import Policy
 from .provenance import Provenance, ns_to_dt
 from .records import SECRET_MASK, Change, Entry, Mutation
-from .schema import Schemas, explain
-from .scopes import ReadOnlyView, ScopedView
-from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
+from .schema import explain
+from .scopes import Scopes
 from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription
 from .transaction import Transaction
-from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json, plain
+from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json
 from .when import Trigger
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
@@ -50,7 +46,7 @@ _MISSING = MISSING
 _CONTAINERS = (dict, list, Prefix)
 
 
-class State:
+class State(Governance, Persistence, Scopes):
     """The governed blackboard: JSON values under ``:``-separated keys, with versions,
     provenance, schemas, policies, transactions, a journal and change signals.
 
@@ -613,99 +609,6 @@ class State:
         """
         return Transaction(self, self._engine.transaction())
 
-    # -- governance and schemas --------------------------------------------------------------
-
-    def policy(
-        self,
-        pattern: str | None = None,
-        *,
-        read_only: bool = False,
-        sources: Iterable[str] | None = None,
-        writers: Iterable[str] | None = None,
-        max_bytes: int | None = None,
-        secret: bool = False,
-        max_keys: int | None = None,
-    ) -> Policy:
-        """Add a governance rule for ``pattern`` (and/or set ``max_keys``); returns the policy.
-
-        ``state.policy("verify:*", writers=["verify"])`` lets only the ``verify`` resolver write
-        its keys; ``state.policy("user:card", secret=True)`` masks a value wherever the state is
-        shown. Rules govern later writes; existing values are not re-checked.
-        """
-        if pattern is None and (read_only or sources or writers or max_bytes or secret):
-            given = [
-                name
-                for name, value in (
-                    ("read_only", read_only),
-                    ("sources", sources),
-                    ("writers", writers),
-                    ("max_bytes", max_bytes),
-                    ("secret", secret),
-                )
-                if value
-            ]
-            raise UsageError(
-                f"policy({', '.join(f'{g}=...' for g in given)}) names no key: give the key or "
-                "pattern it governs, e.g. state.policy('booking:*', read_only=True)"
-            )
-        with self._lock:
-            if max_keys is not None:
-                self._policy.max_keys = max_keys
-            if pattern is not None:
-                self._policy.add(
-                    Rule(
-                        pattern,
-                        read_only=read_only,
-                        sources=name_set(sources),
-                        writers=name_set(writers),
-                        max_bytes=max_bytes,
-                        secret=secret,
-                    )
-                )
-        if secret and self.durable and not isinstance(self._engine.store, SealedStore):
-            log.warning(
-                "secret values of %r will be stored in clear in %s: open it with "
-                "State.open(path, encryption_key=...) to encrypt them",
-                pattern,
-                getattr(self._engine.store, "path", "the store"),
-            )
-        return self._policy
-
-    def is_secret(self, key: str | Key[Any]) -> bool:
-        """Whether ``key`` is marked secret by the policy."""
-        return self._secret(check_key(key_name(key)))
-
-    def declare(self, key: str | Key[Any], type_: Any = None) -> None:
-        """Declare the type of a key or ``*`` pattern; later writes are validated against it.
-
-        ``state.declare("booking:party_size", int)``, ``state.declare("*:result", str)``, or
-        ``state.declare(BOOKING)`` for a :class:`Key`. The most specific declaration matching a
-        key wins. Values already stored under it must match, or :class:`SchemaError` lists them
-        and nothing is declared.
-        """
-        decl = self._engine.schemas.add(key, type_)
-        with self._lock:
-            self._engine.schemas.activate(decl)
-            bad = []
-            try:
-                # Only keys this declaration wins are checked: a more specific one still
-                # governs the others.
-                for name, row in self._entries.items():
-                    if decl.pattern.matches(name) and self._engine.schemas.find(name) is decl:
-                        try:
-                            Schemas.check(decl, name, plain(row[0]), secret=self._secret(name))
-                        except SchemaError as exc:
-                            bad.append(str(exc))
-            except BaseException:
-                self._engine.schemas.deactivate(decl)
-                raise
-            if bad:
-                self._engine.schemas.deactivate(decl)
-                raise SchemaError(
-                    f"cannot declare {decl.pattern.text!r}: {len(bad)} stored value(s) do not "
-                    "match; fix or remove them first:\n" + "\n".join(bad)
-                )
-
     # -- journal -----------------------------------------------------------------------------
 
     @property
@@ -729,168 +632,6 @@ class State:
         """Stop feeding ``sink``."""
         self._engine.remove_sink(sink)
 
-    # -- snapshots and formatting ------------------------------------------------------------
-
-    def snapshot(self, *, redact: bool = False) -> dict[str, Any]:
-        """The whole state as JSON-ready data: values, versions, seqs and provenance.
-
-        ``State.restore(snapshot)`` rebuilds it exactly. ``redact=True`` masks secret values
-        (for logs and people; a redacted snapshot cannot be restored).
-        """
-        with self._lock:
-            rows = list(self._entries.items())
-            seq = self._engine.seq
-        return snapshots.build(rows, seq, self._secret if redact else None)
-
-    @classmethod
-    def restore(
-        cls,
-        snapshot: Mapping[str, Any],
-        *,
-        policy: Policy | None = None,
-        journal_size: int = 1024,
-        clock: Callable[[], float] | None = None,
-        sinks: Iterable[JournalSink] = (),
-    ) -> State:
-        """A new state rebuilt exactly from :meth:`snapshot` output (values, versions, seqs,
-        provenance, cursor). Raises :class:`SnapshotError` naming the first bad part."""
-        seq, rows = snapshots.parse(snapshot)
-        state = cls(policy=policy, journal_size=journal_size, clock=clock, sinks=sinks)
-        state._entries.update(rows)
-        state._engine.seq = seq
-        state._engine.ring.clear(seq)
-        return state
-
-    # -- durability ---------------------------------------------------------------------------
-
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        durability: Durability = "batch",
-        policy: Policy | None = None,
-        journal_size: int = 1024,
-        clock: Callable[[], float] | None = None,
-        sinks: Iterable[JournalSink] = (),
-        encryption_key: EncryptionKey | None = None,
-    ) -> State:
-        """Open the durable state kept in the SQLite file at ``path``, creating or recovering it.
-
-        Recovery restores every committed value, version, seq and provenance exactly.
-        ``durability="batch"`` (default): a write returns at once and reaches the disk within a
-        few milliseconds, grouped with others (a killed process loses the commits of about the
-        last 5 ms, ``max_lag``, never half a batch; a writer that outruns the disk waits).
-        ``"sync"``: a write returns once its commit is on disk. Close it (or use ``with``) to
-        write what is queued. Raises :class:`~slateflow.errors.StoreCorruptError` for a file
-        that is not a readable store.
-
-        ``encryption_key`` (needs ``slateflow[crypto]``) encrypts the values of secret keys
-        before they reach the file (see :mod:`slateflow.state.sealing`); a file holding such
-        values refuses to open without it. Declare secret policies before writing them (pass
-        ``policy=``): a value written before its key was marked secret is stored in clear.
-        """
-        from ..stores.sqlite import SQLiteStore
-
-        policy = policy if policy is not None else Policy()
-        sealer = Sealer(encryption_key) if encryption_key is not None else None
-        store = SQLiteStore(path, durability=durability)
-        backing: Store = store if sealer is None else SealedStore(store, sealer, policy.is_secret)
-        try:
-            state = cls(
-                policy=policy, journal_size=journal_size, clock=clock, sinks=sinks, store=backing
-            )
-        except BaseException:
-            store.close()
-            raise
-        if sealer is None:
-            sealed = next((k for k, row in state._entries.items() if is_sealed(row[0])), None)
-            if sealed is not None:
-                store.close()
-                raise needs_key(path, sealed)
-        return state
-
-    @property
-    def store(self) -> Store | None:
-        """The store keeping this state's commits (None: memory only, no history)."""
-        return self._engine.store
-
-    @property
-    def durable(self) -> bool:
-        """Whether commits reach a disk (a store with ``"batch"`` or ``"sync"`` durability)."""
-        return self._engine.store is not None and self._engine.store.durability != "memory"
-
-    def flush(self) -> None:
-        """Return once every commit so far is in the store (on disk, for a durable one).
-
-        Raises :class:`~slateflow.errors.StoreError` if the store could not persist them.
-        """
-        if self._engine.store is not None:
-            self._engine.store.sync(self._engine.seq)
-
-    def close(self) -> None:
-        """Flush and close the store; later writes raise :class:`~slateflow.errors.StoreClosedError`
-        (reads keep working). Idempotent; a state without a store has nothing to close."""
-        store = self._engine.store
-        if store is None:
-            return
-        try:
-            store.sync(self._engine.seq)
-        finally:
-            store.close()
-
-    def __enter__(self) -> State:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def compact(self) -> int:
-        """Replace the store's history by the current entries; returns the seq compacted to.
-
-        Recovery then starts from this point (faster, smaller file), and ``at(seq)`` can no
-        longer reach earlier commits. Without a store there is nothing to compact.
-        """
-        store = self._engine.store
-        with self._lock:
-            seq = self._engine.seq
-            rows: list[EntryRow] = [
-                (key, value, version, row_seq, at, st.source, st.writer, st.confidence, st.meta)
-                for key, (value, version, row_seq, at, st) in self._entries.items()
-            ]
-        if store is not None:
-            store.compact(seq, rows)
-        return seq
-
-    def at(self, seq: int) -> State:
-        """The state as it was right after commit ``seq``: a detached, in-memory copy.
-
-        Needs a store with history (``MemoryStore`` or a durable one). Raises
-        :class:`~slateflow.errors.HistoryError` for a seq after the newest commit, before the
-        last compaction, or on a state without a store. ``at(state.cursor())`` equals now.
-        """
-        store = self._engine.store
-        if type(seq) is not int or seq < 0:
-            raise HistoryError(f"at() needs a commit seq (an int >= 0), got {seq!r}")
-        if store is None:
-            raise HistoryError(
-                f"cannot go back to seq {seq}: this state keeps no history; create it with "
-                "State(store=MemoryStore()) or State.open(path)"
-            )
-        head = self._engine.seq
-        if seq > head:
-            raise HistoryError(f"seq {seq} is after the newest commit ({head})")
-        store.sync(seq)
-        loaded = store.read(upto=seq)
-        if seq < loaded.base_seq:
-            raise HistoryError(
-                f"seq {seq} is before the last compaction (seq {loaded.base_seq}); history "
-                "before it was dropped"
-            )
-        past = State(policy=self._policy, journal_size=self._engine.ring.size)
-        past._engine.recover(loaded)
-        return past
-
     def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
         """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""
         lines = []
@@ -909,44 +650,6 @@ class State:
 
     def __repr__(self) -> str:
         return f"<State {len(self._entries)} keys, seq {self._engine.seq}>"
-
-    # -- scopes ------------------------------------------------------------------------------
-
-    @cached_property
-    def app(self) -> ScopedView:
-        """Keys under ``app:`` (application-wide configuration and facts)."""
-        return ScopedView(self, "app")
-
-    @cached_property
-    def user(self) -> ScopedView:
-        """Keys under ``user:`` (what is known about the person)."""
-        return ScopedView(self, "user")
-
-    @cached_property
-    def session(self) -> ScopedView:
-        """Keys under ``session:`` (this conversation)."""
-        return ScopedView(self, "session")
-
-    @cached_property
-    def temp(self) -> ScopedView:
-        """Keys under ``temp:`` (scratch; cleared by :meth:`end_turn`)."""
-        return ScopedView(self, "temp")
-
-    @cached_property
-    def turn(self) -> ScopedView:
-        """Keys under ``turn:`` (this turn only; cleared by :meth:`end_turn`)."""
-        return ScopedView(self, "turn")
-
-    @cached_property
-    def bg(self) -> ScopedView:
-        """Keys under ``bg:`` (background work bookkeeping)."""
-        return ScopedView(self, "bg")
-
-    @cached_property
-    def derived(self) -> ReadOnlyView:
-        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError):
-        values :meth:`derive` computes."""
-        return ReadOnlyView(self, "derived")
 
     def derive(
         self, name: str, fn: Callable[[State], Any], *, reads: Iterable[str | Key[Any]]

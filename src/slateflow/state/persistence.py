@@ -1,0 +1,216 @@
+"""Persistence for the State: snapshots, durable files, flush and close, compaction, time travel.
+
+A part of the :class:`~slateflow.state.State` façade (a mixin): it holds no state of its own and
+works through the State's engine and its store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Self
+
+from ..errors import HistoryError
+from ..stores.base import Durability, Store
+from ..stores.records import EntryRow
+from . import snapshots
+from .journal import JournalSink
+from .policy import Policy
+from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
+
+if TYPE_CHECKING:
+    from .engine import Engine, Row
+    from .store import State
+
+__all__ = ["Persistence"]
+
+log = logging.getLogger("slateflow.state")
+
+
+class Persistence:
+    """Snapshots, durable files and history: the State's methods that reach its store."""
+
+    _engine: Engine
+    _entries: dict[str, Row]
+    _lock: threading.RLock
+    _policy: Policy
+
+    if TYPE_CHECKING:  # the State's own, which this mixin calls
+
+        def __init__(
+            self,
+            *,
+            policy: Policy | None = None,
+            journal_size: int = 1024,
+            clock: Callable[[], float] | None = None,
+            sinks: Iterable[JournalSink] = (),
+            store: Store | None = None,
+        ) -> None: ...
+
+        def _secret(self, key: str) -> bool: ...
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def snapshot(self, *, redact: bool = False) -> dict[str, Any]:
+        """The whole state as JSON-ready data: values, versions, seqs and provenance.
+
+        ``State.restore(snapshot)`` rebuilds it exactly. ``redact=True`` masks secret values
+        (for logs and people; a redacted snapshot cannot be restored).
+        """
+        with self._lock:
+            rows = list(self._entries.items())
+            seq = self._engine.seq
+        return snapshots.build(rows, seq, self._secret if redact else None)
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: Mapping[str, Any],
+        *,
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+    ) -> Self:
+        """A new state rebuilt exactly from :meth:`snapshot` output (values, versions, seqs,
+        provenance, cursor). Raises :class:`SnapshotError` naming the first bad part."""
+        seq, rows = snapshots.parse(snapshot)
+        state = cls(policy=policy, journal_size=journal_size, clock=clock, sinks=sinks)
+        state._entries.update(rows)
+        state._engine.seq = seq
+        state._engine.ring.clear(seq)
+        return state
+
+    # -- durability ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "batch",
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+        encryption_key: EncryptionKey | None = None,
+    ) -> Self:
+        """Open the durable state kept in the SQLite file at ``path``, creating or recovering it.
+
+        Recovery restores every committed value, version, seq and provenance exactly.
+        ``durability="batch"`` (default): a write returns at once and reaches the disk within a
+        few milliseconds, grouped with others (a killed process loses the commits of about the
+        last 5 ms, ``max_lag``, never half a batch; a writer that outruns the disk waits).
+        ``"sync"``: a write returns once its commit is on disk. Close it (or use ``with``) to
+        write what is queued. Raises :class:`~slateflow.errors.StoreCorruptError` for a file
+        that is not a readable store.
+
+        ``encryption_key`` (needs ``slateflow[crypto]``) encrypts the values of secret keys
+        before they reach the file (see :mod:`slateflow.state.sealing`); a file holding such
+        values refuses to open without it. Declare secret policies before writing them (pass
+        ``policy=``): a value written before its key was marked secret is stored in clear.
+        """
+        from ..stores.sqlite import SQLiteStore
+
+        policy = policy if policy is not None else Policy()
+        sealer = Sealer(encryption_key) if encryption_key is not None else None
+        store = SQLiteStore(path, durability=durability)
+        backing: Store = store if sealer is None else SealedStore(store, sealer, policy.is_secret)
+        try:
+            state = cls(
+                policy=policy, journal_size=journal_size, clock=clock, sinks=sinks, store=backing
+            )
+        except BaseException:
+            store.close()
+            raise
+        if sealer is None:
+            sealed = next((k for k, row in state._entries.items() if is_sealed(row[0])), None)
+            if sealed is not None:
+                store.close()
+                raise needs_key(path, sealed)
+        return state
+
+    @property
+    def store(self) -> Store | None:
+        """The store keeping this state's commits (None: memory only, no history)."""
+        return self._engine.store
+
+    @property
+    def durable(self) -> bool:
+        """Whether commits reach a disk (a store with ``"batch"`` or ``"sync"`` durability)."""
+        return self._engine.store is not None and self._engine.store.durability != "memory"
+
+    def flush(self) -> None:
+        """Return once every commit so far is in the store (on disk, for a durable one).
+
+        Raises :class:`~slateflow.errors.StoreError` if the store could not persist them.
+        """
+        if self._engine.store is not None:
+            self._engine.store.sync(self._engine.seq)
+
+    def close(self) -> None:
+        """Flush and close the store; later writes raise :class:`~slateflow.errors.StoreClosedError`
+        (reads keep working). Idempotent; a state without a store has nothing to close."""
+        store = self._engine.store
+        if store is None:
+            return
+        try:
+            store.sync(self._engine.seq)
+        finally:
+            store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def compact(self) -> int:
+        """Replace the store's history by the current entries; returns the seq compacted to.
+
+        Recovery then starts from this point (faster, smaller file), and ``at(seq)`` can no
+        longer reach earlier commits. Without a store there is nothing to compact.
+        """
+        store = self._engine.store
+        with self._lock:
+            seq = self._engine.seq
+            rows: list[EntryRow] = [
+                (key, value, version, row_seq, at, st.source, st.writer, st.confidence, st.meta)
+                for key, (value, version, row_seq, at, st) in self._entries.items()
+            ]
+        if store is not None:
+            store.compact(seq, rows)
+        return seq
+
+    def at(self, seq: int) -> State:
+        """The state as it was right after commit ``seq``: a detached, in-memory copy.
+
+        Needs a store with history (``MemoryStore`` or a durable one). Raises
+        :class:`~slateflow.errors.HistoryError` for a seq after the newest commit, before the
+        last compaction, or on a state without a store. ``at(state.cursor())`` equals now.
+        """
+        store = self._engine.store
+        if type(seq) is not int or seq < 0:
+            raise HistoryError(f"at() needs a commit seq (an int >= 0), got {seq!r}")
+        if store is None:
+            raise HistoryError(
+                f"cannot go back to seq {seq}: this state keeps no history; create it with "
+                "State(store=MemoryStore()) or State.open(path)"
+            )
+        head = self._engine.seq
+        if seq > head:
+            raise HistoryError(f"seq {seq} is after the newest commit ({head})")
+        store.sync(seq)
+        loaded = store.read(upto=seq)
+        if seq < loaded.base_seq:
+            raise HistoryError(
+                f"seq {seq} is before the last compaction (seq {loaded.base_seq}); history "
+                "before it was dropped"
+            )
+        from .store import State  # the façade this mixin is part of
+
+        past = State(policy=self._policy, journal_size=self._engine.ring.size)
+        past._engine.recover(loaded)
+        return past
