@@ -7,11 +7,11 @@ A part of the :class:`~slateflow.state.State` façade (a mixin): the rules live 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaError, UsageError
+from .facade import Facade
 from .keys import Key, check_key, key_name
 from .policy import Policy, Rule, name_set
 from .schema import Schemas
@@ -19,27 +19,20 @@ from .sealing import SealedStore
 from .values import plain
 
 if TYPE_CHECKING:
-    from .engine import Engine, Row
+    pass
 
 __all__ = ["Governance"]
 
 log = logging.getLogger("slateflow.state")
 
 
-class Governance:
+class Governance(Facade):
     """Rules for writes: ``policy``, ``is_secret`` and ``declare``."""
 
-    _engine: Engine
-    _entries: dict[str, Row]
-    _lock: threading.RLock
-    _policy: Policy
-
-    if TYPE_CHECKING:  # the State's own
+    if TYPE_CHECKING:  # Persistence's, a sibling part of the State
 
         @property
         def durable(self) -> bool: ...
-
-        def _secret(self, key: str) -> bool: ...
 
     def policy(
         self,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
@@ -16,12 +15,12 @@ from ..errors import HistoryError
 from ..stores.base import Durability, Store
 from ..stores.records import EntryRow
 from . import snapshots
+from .facade import Facade
 from .journal import JournalSink
 from .policy import Policy
 from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
 
 if TYPE_CHECKING:
-    from .engine import Engine, Row
     from .store import State
 
 __all__ = ["Persistence"]
@@ -29,27 +28,8 @@ __all__ = ["Persistence"]
 log = logging.getLogger("slateflow.state")
 
 
-class Persistence:
+class Persistence(Facade):
     """Snapshots, durable files and history: the State's methods that reach its store."""
-
-    _engine: Engine
-    _entries: dict[str, Row]
-    _lock: threading.RLock
-    _policy: Policy
-
-    if TYPE_CHECKING:  # the State's own, which this mixin calls
-
-        def __init__(
-            self,
-            *,
-            policy: Policy | None = None,
-            journal_size: int = 1024,
-            clock: Callable[[], float] | None = None,
-            sinks: Iterable[JournalSink] = (),
-            store: Store | None = None,
-        ) -> None: ...
-
-        def _secret(self, key: str) -> bool: ...
 
     # -- snapshots ---------------------------------------------------------------------------
 

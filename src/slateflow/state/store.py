@@ -121,9 +121,6 @@ class State(Governance, Persistence, Scopes):
                 + explain(exc, self._secret(key.name))
             ) from None
 
-    def _secret(self, key: str) -> bool:
-        return self._policy.is_secret(key)
-
     def _tx(self) -> Transaction | None:
         return self._engine.transaction()
 
