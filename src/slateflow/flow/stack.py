@@ -479,7 +479,7 @@ class StackRunner:
     def _binding(self, tool: str) -> str | None:
         """Why the suspended main flow's constraints refuse ``tool`` while a digression speaks:
         told in the digression's words (its tools and posture), since the model follows it."""
-        denial = self.main.constraint_denial(tool)
+        denial = self.main.tools.constraint_denial(tool)
         if denial is None:
             return None
         session_tools = self.session.tools if self.session is not None else ()
@@ -487,9 +487,9 @@ class StackRunner:
         available = [
             t
             for t in candidates
-            if self.current.why_blocked(t) is None and self.main.constraint_denial(t) is None
+            if self.current.why_blocked(t) is None and self.main.tools.constraint_denial(t) is None
         ]
-        return self.current.refusal_text(tool, *denial, available=available)
+        return self.current.tools.reason(tool, *denial, available)
 
     def explain(self) -> FlowExplanation:
         """The speaking layer's explanation; once terminated, the truth of it: no step active,

@@ -1,0 +1,161 @@
+"""Tool admission: whether a running flow lets the model call a tool now, and why not.
+
+The checks, in order: ``once`` (a tool that already succeeded), ``never`` / ``commit`` guards,
+an active step's ``deny``, the flow's ``ambient`` tools, the active steps' ``allow`` lists. A
+refusal is a ``(kind, detail)`` pair, told to the model by :meth:`Tools.reason`: what is missing,
+what it may call instead, and the active step's posture.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..state import State
+from .compiled import CompiledFlow
+from .machine import Machine
+
+__all__ = ["Admission", "Enforcement", "Tools", "Violation"]
+
+
+class Enforcement(StrEnum):
+    """What the runner does with a tool call the flow does not admit."""
+
+    ENFORCE = "enforce"
+    """Refuse it: ``admit(tool).allowed`` is False, with the reason for the model."""
+    OBSERVE = "observe"
+    """Admit it, and record a :class:`Violation` (for audits and analytics)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to ``runner.admit(tool)``; true when the call may go ahead.
+
+    ``reason`` is empty for an admitted call; for a refused one it is written for the model
+    (what is missing and what is available now). In observe mode a call the flow would refuse
+    is admitted with ``violation=True`` and the would-be reason.
+    """
+
+    tool: str
+    allowed: bool
+    reason: str = ""
+    violation: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A tool call admitted in observe mode that the flow would have refused."""
+
+    tool: str
+    reason: str
+    active: tuple[str, ...]
+
+
+Denial = tuple[str, str]
+"""Why a tool is refused: ``(kind, detail)``, kind one of once, not_yet, denied, not_in_step."""
+
+
+class Tools:
+    """Answers tool admission for one runner from its plan, marking and State.
+
+    Every answer is taken under the runner's lock, against the committed State (even inside a
+    transaction, whose writes are not the flow's facts until they commit).
+    """
+
+    __slots__ = ("lock", "machine", "plan", "state")
+
+    def __init__(
+        self, plan: CompiledFlow, machine: Machine, state: State, lock: threading.RLock
+    ) -> None:
+        self.plan = plan
+        self.machine = machine
+        self.state = state
+        self.lock = lock
+
+    def constraint_denial(self, tool: str) -> Denial | None:
+        """Why the flow-wide constraints (``once``, ``never``, ``commit``) refuse ``tool`` now,
+        whatever step is active (what still binds while a digression has the floor)."""
+        with self.lock, self.state.engine.outside_transaction():
+            return self._constraint_denial(tool)
+
+    def _constraint_denial(self, tool: str) -> Denial | None:
+        m = self.machine
+        if tool in self.plan.once and m.tools_ok.get(tool, 0) > 0:
+            return ("once", "")
+        for name, until in self.plan.never:
+            if name == tool and not until.evaluate(self.state, m.mark()):
+                return ("not_yet", until.describe())
+        return None
+
+    def denial(self, tool: str) -> Denial | None:
+        """Why ``tool`` is refused now, or None if it is admitted."""
+        with self.lock, self.state.engine.outside_transaction():
+            return self._denial(tool)
+
+    def _denial(self, tool: str) -> Denial | None:
+        denial = self._constraint_denial(tool)
+        if denial is not None:
+            return denial
+        rts = self.plan.rt
+        active = [rts[i] for i in self.machine.active_ids.index]
+        for rt in active:
+            if tool in rt.step.deny:
+                return ("denied", rt.step.id)
+        if tool in self.plan.ambient:
+            return None
+        restricting = [rt for rt in active if rt.step.allow]
+        if restricting and not any(tool in rt.step.allow for rt in restricting):
+            return ("not_in_step", ", ".join(repr(rt.step.id) for rt in restricting))
+        return None
+
+    def available(self) -> list[str]:
+        """The tools admitted now, of every tool the flow knows."""
+        with self.lock, self.state.engine.outside_transaction():
+            return [t for t in self.plan.universe if self._denial(t) is None]
+
+    def reason(self, tool: str, kind: str, detail: str, available: list[str] | None = None) -> str:
+        """A refusal told to the model: what is missing, what it may call instead (``available``
+        when the caller knows better), and the active step's posture."""
+        with self.lock, self.state.engine.outside_transaction():
+            return self._reason(tool, kind, detail, available)
+
+    def _reason(self, tool: str, kind: str, detail: str, available: list[str] | None) -> str:
+        if kind == "once":
+            return (
+                f"'{tool}' has already run and may run only once in this conversation. "
+                "Do not call it again."
+            )
+        if kind == "not_yet":
+            head = f"'{tool}' is not permitted yet: first, {detail}."
+        elif kind == "denied":
+            head = f"'{tool}' is not allowed during the current step ('{detail}')."
+        else:
+            head = f"'{tool}' is not part of the current step ({detail})."
+        if available is None:
+            available = [t for t in self.plan.universe if self._denial(t) is None]
+        if available:
+            head += " Available now: " + ", ".join(available) + "."
+        else:
+            head += " No tool is available right now; continue the conversation instead."
+        rts = self.plan.rt
+        for i in self.machine.active_ids.index:
+            posture = rts[i].step.posture
+            if posture:
+                return head + " " + posture
+        return head
+
+    def refusal(self, tool: str) -> str | None:
+        """The reason ``tool`` is refused now, or None (whatever the enforcement mode)."""
+        with self.lock, self.state.engine.outside_transaction():
+            denial = self._denial(tool)
+            return None if denial is None else self._reason(tool, *denial, None)
+
+    def constraint_refusal(self, tool: str) -> str | None:
+        """The reason the flow-wide constraints refuse ``tool`` now, or None."""
+        with self.lock, self.state.engine.outside_transaction():
+            denial = self._constraint_denial(tool)
+            return None if denial is None else self._reason(tool, *denial, None)

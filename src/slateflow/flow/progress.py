@@ -1,0 +1,131 @@
+"""Progress recording: a running flow's marking written to the State, and read back to resume.
+
+The runner writes, as itself (source ``"flow"``, writer the flow's name), ``flow:{name}:active``
+and ``flow:{name}:done`` (step ids in flow order), ``:complete``, ``:told`` and ``:over``; on a
+State with a store also ``flow:{name}:marking``, the rest of the marking a runner started on a
+recovered State resumes from (entered steps, tool counts, repair bookkeeping, and the status
+seq each ``on_enter`` resolver had when its step was entered, so an interrupted run is told from
+a completed one). Only what a transition changed is written, in one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from ..errors import SlateError
+from ..state import Key, State
+from ..state.provenance import Stamp
+from .machine import ACTIVE, COMPLETE, DONE, OVER, RECORD, TOLD, Event, Machine
+
+if TYPE_CHECKING:
+    from ..resolve.session import Session
+
+__all__ = ["Progress"]
+
+log = logging.getLogger("slateflow.flow")
+
+
+class Progress:
+    """Writes one runner's progress keys and resumes its marking from them."""
+
+    __slots__ = ("durable", "fired", "keys", "machine", "stamp", "state")
+
+    def __init__(self, machine: Machine, state: State) -> None:
+        name = machine.name
+        self.machine = machine
+        self.state = state
+        self.keys = tuple(
+            f"flow:{name}:{k}" for k in ("active", "done", "complete", "marking", "told", "over")
+        )
+        self.stamp = Stamp("flow", name, None, None)
+        # On a state with a store the runner also records its marking, to resume from it.
+        self.durable = state.store is not None
+        if self.durable:
+            machine.dirty |= RECORD
+        # Per entered step with an on_enter action: the seq its resolver's status had then.
+        self.fired: dict[int, int] = {}
+
+    def resume(self) -> bool:
+        """Take up the marking an earlier runner of this flow recorded, if there is one."""
+        record = self.state.get(self.keys[3]) if self.durable else None
+        if record is None:
+            return False
+        where = f"flow {self.machine.name!r}: the recorded marking ({self.keys[3]!r})"
+        done, told = self.state.get(self.keys[1], []), self.state.get(self.keys[4], [])
+        self.fired = self.machine.restore(record, done, told, where)
+        return True
+
+    def note(self, events: list[Event]) -> None:
+        """Remember the status seq of each entered step's on_enter resolver (durable only)."""
+        steps = self.machine.steps
+        for kind, i in events:
+            if kind == "reset":
+                self.fired.pop(i, None)
+            elif kind == "enter":
+                action = steps[i].on_enter
+                if action is not None:
+                    row = self.state.engine.row(action.resolver.status_key)
+                    self.fired[i] = 0 if row is None else row[2]
+
+    def write(self) -> None:
+        """Commit the progress keys the last transitions changed (delivered by the caller)."""
+        m = self.machine
+        dirty, m.dirty = m.dirty, 0
+        keys = self.keys
+        writes: dict[str, Any] = {}
+        if dirty & ACTIVE:
+            writes[keys[0]] = list(m.active_ids.ids)
+        if dirty & DONE:
+            writes[keys[1]] = m.done_ids.prefix()
+        if dirty & COMPLETE:
+            writes[keys[2]] = m.complete
+        if dirty & RECORD and self.durable:
+            record = m.record()
+            record["fired"] = {m.steps[i].id: seq for i, seq in sorted(self.fired.items())}
+            writes[keys[3]] = record
+        if dirty & TOLD:
+            writes[keys[4]] = [m.steps[i].id for i in sorted(m.told)]
+        if dirty & OVER:
+            writes[keys[5]] = m.over
+        if not writes:
+            return
+        try:
+            # Fresh lists of step ids (strings) the runner never changes: no need to copy them.
+            engine = self.state.engine
+            engine.commit_owned(writes, (), self.stamp, "flow", deliver=False, trusted=True)
+        except SlateError as exc:
+            log.error("flow %r: its progress keys could not be written: %s", m.name, exc)
+
+    def interrupted(self, session: Session | None) -> list[int]:
+        """Active steps whose ``on_enter`` run did not complete before the restart (never
+        started, in flight, or cancelled by the session closing), claimed for re-dispatch."""
+        m = self.machine
+        again = []
+        for i, fired in sorted(self.fired.items()):
+            action = m.steps[i].on_enter
+            if action is None or m.done[i] or not m.active[i] or session is None:
+                continue
+            row = self.state.engine.row(action.resolver.status_key)
+            if row is not None and row[2] > fired:
+                status, meta = row[0], row[4].meta or {}
+                closed = status == "cancelled" and meta.get("reason") == "session closed"
+                if status != "running" and not closed:
+                    continue  # it completed: exactly once
+            if session._claim(action.resolver.name):
+                again.append(i)
+        return again
+
+    def show_repair(self, wanted: dict[str, bool]) -> None:
+        """Write the repair keys that changed (true when due, false once cleared)."""
+        state = self.state
+        # Compared with the State itself (an absent key reads as False): written on change only.
+        changed = {k: v for k, v in wanted.items() if state.get(k, False) is not v}
+        if changed:
+            try:
+                batch = cast("dict[str | Key[Any], Any]", changed)
+                state.update(batch, source="flow", writer=self.machine.name)
+            except SlateError as exc:
+                log.error(
+                    "flow %r: its repair keys could not be written: %s", self.machine.name, exc
+                )
