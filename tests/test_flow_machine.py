@@ -97,7 +97,7 @@ class Driven:
         for i, rt in enumerate(plan.rt):
             if not (m.active[i] or m.done[i]):
                 continue
-            ready = [m.done[src] for src, _, _ in rt.edges]
+            ready = [m.done[e[0]] for e in rt.edges]
             if ready:
                 ok = all(ready) if rt.join_all else any(ready)
                 assert ok, f"step s{i} is reached with its after incomplete"

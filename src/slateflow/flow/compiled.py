@@ -12,7 +12,8 @@ import threading
 
 from .constraints import Before, Commit, Never, Once, Require, Reset
 from .definition import Flow
-from .guards import Guard, _All, _Any, _CalledOk, _Custom, _Done, _Fresh, _Not, _Told
+from .guard_base import Guard, _All, _Any, _Custom, _Not
+from .guards import _CalledOk, _Done, _Fresh, _Told
 from .repair import RepairPolicy
 from .steps import Step
 
@@ -72,6 +73,7 @@ class StepRt:
         "done",
         "done_m",
         "edges",
+        "ends",
         "escalates",
         "escalations",
         "gate",
@@ -95,9 +97,12 @@ class StepRt:
     ) -> None:
         self.index = index
         self.step = step
+        # (source, condition, whether it reads the marking, whether it is live)
         self.edges = tuple(
-            (ids[e.step], e.when, e.when is not None and e.when.reads_marking()) for e in step.after
+            (ids[e.step], e.when, e.when is not None and e.when.reads_marking(), e.live)
+            for e in step.after
         )
+        self.ends = step.ends
         self.join_all = step.join == "all"
         self.before = tuple(before)
         self.gate = step.gate
@@ -123,7 +128,7 @@ class StepRt:
             else None
         )
         # Edges out of a step that may escalate elsewhere: not taken once it has escalated.
-        self.routed = any(src in routed for src, _, _ in self.edges)
+        self.routed = any(e[0] in routed for e in self.edges)
 
     def edge_label(self) -> str:
         return f"on an edge into step {self.step.id!r}"
@@ -178,7 +183,7 @@ class CompiledFlow:
         on_tool: dict[str, set[int]] = {}
         any_marking: set[int] = set()
         for i, rt in enumerate(self.rt):
-            for src, _, _ in rt.edges:
+            for src, *_ in rt.edges:
                 on_done[src].add(i)
             for src in rt.before:
                 on_done[src].add(i)
@@ -202,7 +207,7 @@ class CompiledFlow:
         # Resets: their guards, and the steps they re-open (with every step after those).
         after_me: list[list[int]] = [[] for _ in range(n)]
         for i, rt in enumerate(self.rt):
-            for src, _, _ in rt.edges:
+            for src, *_ in rt.edges:
                 after_me[src].append(i)
             for src in rt.escalations:
                 after_me[src].append(i)
@@ -248,6 +253,9 @@ class CompiledFlow:
         self.required = tuple(dict.fromkeys(required))
         self.required_set = frozenset(self.required)
         self.terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
+        # Steps that end the flow when entered: settled before any other queued step, so a
+        # step the same change made eligible is not entered only to give way at once.
+        self.ends = tuple(i for i, s in enumerate(flow.steps) if s.ends)
         self.universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))
         fresh: set[str] = set()
         for s in flow.steps:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FlowDefinitionError, InvalidKeyError
 from ..state.keys import check_key
 from .constraints import Before, Commit, Constraint, Never, Once, Require, Reset
-from .guards import Guard, _All, _Always, _Any, _Done, _Not
+from .guard_base import Guard, _All, _Any, _Not
+from .guards import _Always, _Done
 from .steps import Step
 
 if TYPE_CHECKING:

@@ -93,10 +93,10 @@ def _why_pending(m: Machine, rt: StepRt, marking: Marking, state: State) -> Expl
     """For a pending step whose predecessors are done: what still keeps it from starting."""
     steps = m.steps
     parts: list[Explanation] = []
-    ready = [m.done[src] for src, _, _ in rt.edges]
+    ready = [m.done[e[0]] for e in rt.edges]
     if rt.edges and not (all(ready) if rt.join_all else any(ready)):
         return None  # not next in line: an earlier step is still open
-    for src, when, _ in rt.edges:
+    for src, when, _, _ in rt.edges:
         if when is not None and m.done[src]:
             parts.append(
                 Explanation(

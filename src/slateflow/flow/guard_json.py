@@ -11,21 +11,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import GuardFormatError
+from .guard_base import Guard, _key, _kind
 from .guards import (
-    Guard,
-    _key,
-    _kind,
     all_,
     always,
     any_,
+    between,
     called_ok,
     captured,
     done,
     eq,
     failed,
     fresh,
+    ge,
+    gt,
     is_set,
     is_true,
+    le,
+    lt,
     not_,
     pending,
     resolved,
@@ -104,6 +107,16 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
             return eq(key, value)
         except GuardFormatError as exc:
             raise GuardFormatError(f"{path}.key: {exc}") from None
+    if op in _COMPARE:
+        key, bound = _field(node, "key", path), _field(node, "value", path)
+        if type(key) is not str:
+            raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
+        return _COMPARE[op](key, bound)
+    if op == "between":
+        key = _field(node, "key", path)
+        if type(key) is not str:
+            raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
+        return between(key, _field(node, "low", path), _field(node, "high", path))
     one = _FIELDS[op][0]
     value = _field(node, one, path)
     if type(value) is not str:
@@ -124,11 +137,17 @@ _MAKERS: dict[str, Callable[[str], Guard]] = {
     "pending": pending,
     "fresh": fresh,
 }
+_COMPARE: dict[str, Callable[[str, Any], Guard]] = {"gt": gt, "ge": ge, "lt": lt, "le": le}
 _FIELDS: dict[str, tuple[str, ...]] = {
     "always": (),
     "is_true": ("key",),
     "is_set": ("key",),
     "eq": ("key", "value"),
+    "gt": ("key", "value"),
+    "ge": ("key", "value"),
+    "lt": ("key", "value"),
+    "le": ("key", "value"),
+    "between": ("key", "low", "high"),
     "captured": ("keys",),
     "called_ok": ("tool",),
     "done": ("step",),

@@ -106,6 +106,7 @@ class Machine:
         "done_count",
         "done_ids",
         "early",
+        "ended",
         "entered",
         "entered_turn",
         "escalated",
@@ -139,6 +140,7 @@ class Machine:
         self.told: dict[int, int] = {}  # step -> the user turn its posture reached the model
         self.over = False  # complete, and its closing words were handed to the model
         self.complete = False
+        self.ended = -1  # the ending step entered (Step(ends=True)), if any
         self.active_ids = Ordered()
         self.done_ids = Ordered()
         self.done_count = 0
@@ -308,6 +310,7 @@ class Machine:
         fired: set[int] = set() if self.reset_last else _NO_RESETS
         settle = self.settle
         pop = heapq.heappop
+        ends = self.plan.ends
         while True:
             if self.dirty_resets:
                 dirty = sorted(self.dirty_resets)
@@ -316,6 +319,10 @@ class Machine:
                     self._check_reset(r, fired, events)
             if not heap:
                 break
+            for e in ends:
+                if queued[e]:  # its stale heap entry settles again: a no-op
+                    queued[e] = False
+                    settle(e, events)
             i = pop(heap)
             queued[i] = False
             settle(i, events)
@@ -334,7 +341,12 @@ class Machine:
             return
         rt = self.plan.rt[i]
         simple = rt.simple
-        if self.done[simple] if simple is not None else self._eligible(rt):
+        ended = self.ended
+        if ended >= 0 and i != ended:
+            eligible = False  # the flow ended at another step
+        else:
+            eligible = self.done[simple] if simple is not None else self._eligible(rt)
+        if eligible:
             done = rt.done
             if rt.terminal:
                 finished = True
@@ -347,6 +359,8 @@ class Machine:
                     finished = self.broken(rt.done_label)
             if not finished and rt.escalates and i in self.escalated:
                 finished = True  # the repair policy gave up on it and routed on
+            if rt.ends and ended < 0:
+                self._end(i, events)
             if finished:
                 if self.active[i]:
                     self._set_active(i, False)
@@ -366,6 +380,14 @@ class Machine:
             self._set_active(i, False)
             events.append(("inactive", i))
 
+    def _end(self, i: int, events: list[Event]) -> None:
+        """Step ``i`` ends the flow: every other active step gives way to it."""
+        self.ended = i
+        for j in list(self.active_ids.index):
+            if j != i:
+                self._set_active(j, False)
+                events.append(("inactive", j))
+
     def _eligible(self, rt: StepRt) -> bool:
         done = self.done
         for src in rt.before:
@@ -382,15 +404,24 @@ class Machine:
             # An escalated step counts as done only on the way to its escalation target.
             done = [d and i not in self.escalated for i, d in enumerate(done)]
         if rt.edges:
+            # A branch taken stays taken: once the step was entered, a condition that is not
+            # live counts as holding (until a reset re-opens the step).
+            taken = self.entered[rt.index]
             if rt.join_all:
-                for src, when, m in rt.edges:
+                for src, when, m, live in rt.edges:
                     if not done[src]:
                         return False
-                    if when is not None and not self.check(when, m, rt.edge_label):
+                    if (
+                        when is not None
+                        and (live or not taken)
+                        and not self.check(when, m, rt.edge_label)
+                    ):
                         return False
             else:
-                for src, when, m in rt.edges:
-                    if done[src] and (when is None or self.check(when, m, rt.edge_label)):
+                for src, when, m, live in rt.edges:
+                    if done[src] and (
+                        when is None or (taken and not live) or self.check(when, m, rt.edge_label)
+                    ):
                         break
                 else:
                     return False
@@ -451,6 +482,10 @@ class Machine:
             self.entered[i] = False
             events.append(("reset", i))
             self.dirty |= RECORD
+        if i == self.ended:
+            self.ended = -1
+            for j in range(len(self.done)):  # the steps that gave way may start again
+                self.push(j)
         if i in self.plan.repairs:
             self.stuck.pop(i, None)
             self.escalated.discard(i)
@@ -460,6 +495,8 @@ class Machine:
         self.push(i)
 
     def _is_complete(self) -> bool:
+        if self.ended >= 0:
+            return self.done[self.ended]
         plan = self.plan
         if plan.required:
             return self.required_left == 0 and (not plan.terminals or self.terminals_done > 0)
@@ -475,7 +512,7 @@ class Machine:
             return Verdict.DONE
         if self.active[i]:
             return Verdict.ACTIVE
-        if self.complete or any(self.done[j] for j in self.plan.succ[i]):
+        if self.complete or self.ended >= 0 or any(self.done[j] for j in self.plan.succ[i]):
             return Verdict.SKIPPED
         return Verdict.PENDING
 
@@ -486,7 +523,10 @@ class Machine:
         active = [rts[i] for i in self.active_ids.index]
         if active or not self.complete:
             return active
-        return [rts[i] for i in self.plan.terminals if self.done[i]]
+        closing = [i for i in self.plan.terminals if self.done[i]]
+        if self.ended >= 0 and self.ended not in closing:
+            closing.append(self.ended)
+        return [rts[i] for i in sorted(closing)]
 
     def repair_keys(self) -> dict[str, bool]:
         """The repair keys' values now (reprompt due, escalated, and each policy's flag)."""
@@ -550,5 +590,8 @@ class Machine:
             raise RecoveryError(f"{where} is malformed ({exc}); remove the key") from None
         if isinstance(told, list):
             self.told = {ids[t]: 0 for t in told if t in ids}
+        for e in self.plan.ends:
+            if self.done[e]:
+                self.ended = e
         self._marking = None
         return fired

@@ -47,15 +47,19 @@ def _guard_node(guard: Guard, path: str) -> dict[str, Any]:
         raise FlowFormatError(str(exc)) from None
 
 
+def _edge_node(e: Edge, path: str) -> str | dict[str, Any]:
+    if e.when is None:
+        return e.step
+    node: dict[str, Any] = {"step": e.step, "when": _guard_node(e.when, f"{path}.when")}
+    if e.live:
+        node["live"] = True
+    return node
+
+
 def _step_node(step: Step, path: str) -> dict[str, Any]:
     node: dict[str, Any] = {"id": step.id}
     if step.after:
-        node["after"] = [
-            e.step
-            if e.when is None
-            else {"step": e.step, "when": _guard_node(e.when, f"{path}.after[{i}].when")}
-            for i, e in enumerate(step.after)
-        ]
+        node["after"] = [_edge_node(e, f"{path}.after[{i}]") for i, e in enumerate(step.after)]
     if step.join != "all":
         node["join"] = step.join
     if step.gate is not None:
@@ -72,6 +76,8 @@ def _step_node(step: Step, path: str) -> dict[str, Any]:
         node["deny"] = list(step.deny)
     if step.terminal:
         node["terminal"] = True
+    if step.ends:
+        node["ends"] = True
     if step.on_enter is not None:
         action = step.on_enter
         if action.deliver is not None:
@@ -191,6 +197,7 @@ _STEP_FIELDS = (
     "allow",
     "deny",
     "terminal",
+    "ends",
     "on_enter",
     "repair",
     "timing",
@@ -220,9 +227,13 @@ def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:
         if type(entry) is str:
             after.append(entry)
             continue
-        e = _Node(entry, where, ("step", "when"))
+        e = _Node(entry, where, ("step", "when", "live"))
         when = e.guard("when")
-        after.append(Edge(e.text("step", _REQUIRED), when))
+        live = e.get("live", lambda v: type(v) is bool, "true or false", False)
+        try:
+            after.append(Edge(e.text("step", _REQUIRED), when, live))
+        except FlowDefinitionError as exc:
+            raise FlowFormatError(f"{where}: {exc}") from None
     on_enter = None
     if node.has("on_enter"):
         act = _Node(node.data["on_enter"], f"{path}.on_enter", ("resolver", "mode", "scheduling"))
@@ -256,6 +267,7 @@ def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:
             allow=node.names("allow"),
             deny=node.names("deny"),
             terminal=node.get("terminal", lambda v: type(v) is bool, "true or false", False),
+            ends=node.get("ends", lambda v: type(v) is bool, "true or false", False),
             on_enter=on_enter,
             repair=repair,
             timing=timing,

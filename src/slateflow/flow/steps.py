@@ -23,10 +23,17 @@ _MODES: tuple[RunMode, ...] = ("call", "dispatch", "background")
 
 @dataclass(frozen=True, slots=True)
 class Edge:
-    """A dependency on step ``step``; with ``when``, a conditional branch taken while it holds."""
+    """A dependency on step ``step``; with ``when``, a conditional branch.
+
+    A branch is latched once taken: after its target step has been entered, ``when`` turning
+    false again does not make the step vanish (a "retrying" step stays while the retry runs).
+    With ``live=True`` the step is active only while ``when`` holds. A reset of either step
+    re-opens the branch.
+    """
 
     step: str
     when: Guard | None = None
+    live: bool = False
 
     def __post_init__(self) -> None:
         if type(self.step) is not str or not self.step.strip():
@@ -35,15 +42,23 @@ class Edge:
             raise FlowDefinitionError(
                 f"edge({self.step!r}, when=...) takes a guard, got {self.when!r}"
             )
+        if type(self.live) is not bool:
+            raise FlowDefinitionError(f"edge({self.step!r}): live must be True or False")
+        if self.live and self.when is None:
+            raise FlowDefinitionError(
+                f"edge({self.step!r}, live=True) needs a when= guard: only a condition can be live"
+            )
 
 
-def edge(step: str, when: Guard | None = None) -> Edge:
+def edge(step: str, when: Guard | None = None, *, live: bool = False) -> Edge:
     """An ``after`` entry: follow on from ``step`` once it is done and ``when`` holds.
 
     ``Step("confirm", after=[edge("check", when=eq("availability:result.open", True))])`` takes
-    the branch only when the slot is open; a sibling step takes the other branch.
+    the branch only when the slot is open; a sibling step takes the other branch. The branch is
+    latched once its step is entered (``when`` turning false later leaves it active);
+    ``live=True`` keeps it active only while ``when`` holds.
     """
-    return Edge(step, when)
+    return Edge(step, when, live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +125,11 @@ class Step:
     - ``done``: the guard that completes it (required unless ``terminal``); once done, a step
       stays done until a ``reset`` constraint re-opens it.
     - ``terminal``: done as soon as it is reachable (an ending such as "goodbye").
+    - ``ends``: entering it ends the flow (a hand-off to a person, say): every other step stops
+      being active and none starts again; this step's posture, ground and tools apply until it
+      is done, and then the flow is complete (whatever ``require`` asks). Usually reachable
+      from anywhere (no ``after``) behind a ``gate``; the other steps need no condition of
+      their own to give way to it.
     - ``posture``: the instruction for the model while active; ``ground``: a fact line rendered
       from the State (see :class:`Ground`).
     - ``allow`` / ``deny``: the tools the model may / may not call while it is active.
@@ -126,6 +146,7 @@ class Step:
         "allow",
         "deny",
         "done",
+        "ends",
         "gate",
         "ground",
         "id",
@@ -150,6 +171,7 @@ class Step:
         allow: Iterable[str] | None = None,
         deny: Iterable[str] | None = None,
         terminal: bool = False,
+        ends: bool = False,
         on_enter: OnEnter | None = None,
         repair: RepairPolicy | None = None,
         timing: VoiceTiming | None = None,
@@ -194,6 +216,9 @@ class Step:
         if type(terminal) is not bool:
             raise FlowDefinitionError(f"step {id!r}: terminal must be True or False")
         self.terminal = terminal
+        if type(ends) is not bool:
+            raise FlowDefinitionError(f"step {id!r}: ends must be True or False")
+        self.ends = ends
         if on_enter is not None and not isinstance(on_enter, OnEnter):
             raise FlowDefinitionError(
                 f"step {id!r}: on_enter takes run(resolver, mode), got {on_enter!r}"
@@ -232,6 +257,7 @@ class Step:
             self.allow,
             self.deny,
             self.terminal,
+            self.ends,
             self.on_enter,
             self.repair,
             self.timing,
@@ -247,5 +273,5 @@ class Step:
 
     def __repr__(self) -> str:
         deps = ", ".join(e.step for e in self.after)
-        kind = "terminal " if self.terminal else ""
+        kind = "ending " if self.ends else "terminal " if self.terminal else ""
         return f"<{kind}Step {self.id!r}" + (f" after {deps}" if deps else "") + ">"
