@@ -107,16 +107,18 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
             return eq(key, value)
         except GuardFormatError as exc:
             raise GuardFormatError(f"{path}.key: {exc}") from None
-    if op in _COMPARE:
-        key, bound = _field(node, "key", path), _field(node, "value", path)
-        if type(key) is not str:
-            raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
-        return _COMPARE[op](key, bound)
-    if op == "between":
+    if op in _COMPARE or op == "between":
         key = _field(node, "key", path)
         if type(key) is not str:
             raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
-        return between(key, _field(node, "low", path), _field(node, "high", path))
+        try:
+            if op == "between":
+                return between(key, _field(node, "low", path), _field(node, "high", path))
+            return _COMPARE[op](key, _field(node, "value", path))
+        except GuardFormatError as exc:
+            if str(exc).startswith(path):
+                raise
+            raise GuardFormatError(f"{path}: {exc}") from None
     one = _FIELDS[op][0]
     value = _field(node, one, path)
     if type(value) is not str:

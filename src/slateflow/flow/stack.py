@@ -17,18 +17,19 @@ Digressions are one level deep: while one is active no other triggers. The stack
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..errors import FlowDefinitionError, FlowError, SlateError
+from ..errors import FlowError, SlateError
 from ..resolve.background import BackgroundResult
-from ..state import State
+from ..resolve.clock import SYSTEM_CLOCK, Clock
+from ..state import Change, State
 from . import signals
-from .definition import Flow
-from .guards import Guard
+from .digressions import Digression, FlowStack, Resume
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .timing import VoiceTiming
+from .waits import Waits
 
 if TYPE_CHECKING:
     from ..resolve.session import Session
@@ -52,86 +53,6 @@ TERMINATED_KEY = "flow:terminated"
 OVER_KEY = "flow:over"
 """True once the conversation ended (terminated, or the main flow complete) and its closing
 words were handed to the model: a voice adapter hangs up on it."""
-
-Resume = Literal["previous", "restart", "terminate"]
-_RESUMES: tuple[Resume, ...] = ("previous", "restart", "terminate")
-
-
-@dataclass(frozen=True, slots=True)
-class Digression:
-    """A side conversation: its ``name``, the guard that starts it (``when``, checked at each
-    turn while the main flow drives), its ``flow``, and how the main flow continues after it
-    (``resume``: ``"previous"``, ``"restart"`` or ``"terminate"``)."""
-
-    name: str
-    when: Guard
-    flow: Flow
-    resume: Resume = "previous"
-
-    def __post_init__(self) -> None:
-        if type(self.name) is not str or not self.name:
-            raise FlowDefinitionError(f"a digression name is a non-empty string, got {self.name!r}")
-        where = f"digression {self.name!r}"
-        if not isinstance(self.when, Guard):
-            raise FlowDefinitionError(f"{where}: when takes a guard, got {self.when!r}")
-        if not isinstance(self.flow, Flow):
-            raise FlowDefinitionError(f"{where}: flow takes a Flow, got {self.flow!r}")
-        if self.resume not in _RESUMES:
-            raise FlowDefinitionError(
-                f"{where}: resume must be one of {list(_RESUMES)}, got {self.resume!r}"
-            )
-
-
-class FlowStack:
-    """A main flow and its digressions, run with ``session.run_flow(stack)``.
-
-    Digressions are tried in the order given; each needs a flow whose name differs from the
-    main flow's and from the others' (they publish their own ``flow:{name}:...`` keys).
-    """
-
-    def __init__(self, main: Flow, digressions: Iterable[Digression] = ()) -> None:
-        if not isinstance(main, Flow):
-            raise FlowDefinitionError(f"FlowStack needs a main Flow, got {main!r}")
-        self.main = main
-        self.digressions: tuple[Digression, ...] = ()
-        for d in digressions:
-            self._add(d)
-
-    def _add(self, d: Digression) -> None:
-        if not isinstance(d, Digression):
-            raise FlowDefinitionError(f"FlowStack takes Digression objects, got {d!r}")
-        names = {self.main.name} | {x.flow.name for x in self.digressions}
-        if d.name in {x.name for x in self.digressions}:
-            raise FlowDefinitionError(f"digression {d.name!r} is defined twice")
-        if d.flow.name in names:
-            raise FlowDefinitionError(
-                f"digression {d.name!r}: its flow is named {d.flow.name!r} like another flow "
-                "of the stack; give it its own name"
-            )
-        self.digressions += (d,)
-
-    def digression(
-        self, name: str, *, when: Guard, flow: Flow, resume: Resume = "previous"
-    ) -> FlowStack:
-        """Add a digression; returns the stack."""
-        self._add(Digression(name, when, flow, resume))
-        return self
-
-    def compile(self, tools: Iterable[str] | None = None) -> FlowStack:
-        """Compile the main flow and every digression's flow (``FlowDefinitionError`` lists
-        the problems of the first that has any)."""
-        names = None if tools is None else list(tools)
-        self.main.compile(names)
-        for d in self.digressions:
-            d.flow.compile(names)
-        return self
-
-    def _run_in(self, session: Session, /, *, enforcement: Any) -> StackRunner:
-        return StackRunner(self, session.state, session=session, enforcement=enforcement)
-
-    def __repr__(self) -> str:
-        names = ", ".join(d.name for d in self.digressions)
-        return f"<FlowStack {self.main.name!r} + [{names}]>"
 
 
 class StackRunner:
@@ -180,6 +101,12 @@ class StackRunner:
         """``(turn, digression, "entered" | "resumed" | "restarted" | "terminated")``, in order."""
         self.turns = 0
         self._closed = False
+        self._waits = Waits(self.name, threading.RLock(), lambda: self._closed, self.explain)
+        # Waiters wake on any layer's progress and on the stack's own keys.
+        names = [stack.main.name, *(d.flow.name for d in stack.digressions)]
+        watched = [f"flow:{n}:{k}" for n in names for k in ("active", "done", "complete")]
+        watched += [OVERLAY_KEY, TERMINATED_KEY, OVER_KEY]
+        self._sub = state.subscribe(self._progressed, keys=watched)
         self._publish()
 
     # -- the layers -------------------------------------------------------------------------
@@ -210,6 +137,10 @@ class StackRunner:
         """Whether :meth:`close` ran."""
         return self._closed
 
+    def _progressed(self, changes: tuple[Change, ...]) -> None:
+        if self._waits.waiters:
+            self._waits.wake()
+
     def _publish(self) -> None:
         try:
             self.state.update(
@@ -223,6 +154,60 @@ class StackRunner:
             )
         except SlateError as exc:
             log.error("flow stack %r: its keys could not be written: %s", self.name, exc)
+        if self._waits.waiters:
+            self._waits.wake()
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    async def wait_for_step(
+        self, step: str, timeout: float | None = None, *, flow: str | None = None
+    ) -> Verdict:
+        """Wait until ``step`` is reached (active or done) and return its verdict, as
+        ``FlowRunner.wait_for_step`` does.
+
+        ``flow`` names the main flow or a digression's flow (by the digression's or the flow's
+        name); without it the step is looked up in the main flow, then in the digressions.
+        Raises :class:`WaitTimeoutError` after ``timeout`` seconds on the session's clock.
+        """
+        name = self._flow_of(step, flow)
+        if name == self.stack.main.name:
+            return await self.main.wait_for_step(step, timeout)
+        state = self.state
+
+        def reached() -> bool:
+            return step in _ids(state, f"flow:{name}:active") or step in _ids(
+                state, f"flow:{name}:done"
+            )
+
+        where = f"step {step!r} of digression flow {name!r} to be reached"
+        await self._waits.until(reached, timeout, where, self._clock())
+        done = step in _ids(state, f"flow:{name}:done")
+        return Verdict.DONE if done else Verdict.ACTIVE
+
+    async def wait_complete(self, timeout: float | None = None) -> None:
+        """Wait until the conversation is finished (:attr:`is_complete`: terminated, or the
+        main flow complete with no digression active); raises :class:`WaitTimeoutError` after
+        ``timeout`` seconds on the session's clock."""
+        what = "the flow stack to complete"
+        await self._waits.until(lambda: self.is_complete, timeout, what, self._clock())
+
+    def _clock(self) -> Clock:
+        return self.session.clock if self.session is not None else SYSTEM_CLOCK
+
+    def _flow_of(self, step: str, flow: str | None) -> str:
+        """The name of the flow holding ``step`` (see :meth:`wait_for_step`)."""
+        layers = [(self.stack.main.name, self.stack.main)]
+        layers += [(d.name, d.flow) for d in self.stack.digressions]
+        for label, f in layers:
+            if flow is not None and flow not in (label, f.name):
+                continue
+            if any(s.id == step for s in f.steps):
+                return f.name
+        where = f"flow {flow!r}" if flow is not None else "the main flow or any digression"
+        if flow is not None and all(flow not in (label, f.name) for label, f in layers):
+            where = f"no flow or digression named {flow!r} in this stack"
+            raise FlowError(f"flow stack {self.name!r}: {where}")
+        raise FlowError(f"flow stack {self.name!r}: {where} has no step {step!r}")
 
     # -- turns --------------------------------------------------------------------------------
 
@@ -536,6 +521,8 @@ class StackRunner:
         if self._active is not None:
             self._active[1].close()
         self.main.close()
+        self._sub.close()
+        self._waits.close()
 
     def __enter__(self) -> StackRunner:
         return self
@@ -548,3 +535,8 @@ class StackRunner:
         if self.terminated:
             where = f"terminated by {self.terminated!r}"
         return f"<StackRunner {self.name!r} {where}>"
+
+
+def _ids(state: State, key: str) -> list[str]:
+    value = state.get(key, [])
+    return value if isinstance(value, list) else []

@@ -1,0 +1,104 @@
+"""Digressions: side conversations a :class:`FlowStack` lets take the floor from its main flow.
+
+A :class:`Digression` names the guard that starts it, its own flow, and what the main flow does
+after it (``resume``); a :class:`FlowStack` is a main flow with its digressions, run by
+:class:`~slateflow.flow.stack.StackRunner` (``session.run_flow(stack)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import FlowDefinitionError
+from .definition import Flow
+from .guard_base import Guard
+
+if TYPE_CHECKING:
+    from ..resolve.session import Session
+    from .stack import StackRunner
+
+__all__ = ["Digression", "FlowStack", "Resume"]
+
+Resume = Literal["previous", "restart", "terminate"]
+_RESUMES: tuple[Resume, ...] = ("previous", "restart", "terminate")
+
+
+@dataclass(frozen=True, slots=True)
+class Digression:
+    """A side conversation: its ``name``, the guard that starts it (``when``, checked at each
+    turn while the main flow drives), its ``flow``, and how the main flow continues after it
+    (``resume``: ``"previous"``, ``"restart"`` or ``"terminate"``)."""
+
+    name: str
+    when: Guard
+    flow: Flow
+    resume: Resume = "previous"
+
+    def __post_init__(self) -> None:
+        if type(self.name) is not str or not self.name:
+            raise FlowDefinitionError(f"a digression name is a non-empty string, got {self.name!r}")
+        where = f"digression {self.name!r}"
+        if not isinstance(self.when, Guard):
+            raise FlowDefinitionError(f"{where}: when takes a guard, got {self.when!r}")
+        if not isinstance(self.flow, Flow):
+            raise FlowDefinitionError(f"{where}: flow takes a Flow, got {self.flow!r}")
+        if self.resume not in _RESUMES:
+            raise FlowDefinitionError(
+                f"{where}: resume must be one of {list(_RESUMES)}, got {self.resume!r}"
+            )
+
+
+class FlowStack:
+    """A main flow and its digressions, run with ``session.run_flow(stack)``.
+
+    Digressions are tried in the order given; each needs a flow whose name differs from the
+    main flow's and from the others' (they publish their own ``flow:{name}:...`` keys).
+    """
+
+    def __init__(self, main: Flow, digressions: Iterable[Digression] = ()) -> None:
+        if not isinstance(main, Flow):
+            raise FlowDefinitionError(f"FlowStack needs a main Flow, got {main!r}")
+        self.main = main
+        self.digressions: tuple[Digression, ...] = ()
+        for d in digressions:
+            self._add(d)
+
+    def _add(self, d: Digression) -> None:
+        if not isinstance(d, Digression):
+            raise FlowDefinitionError(f"FlowStack takes Digression objects, got {d!r}")
+        names = {self.main.name} | {x.flow.name for x in self.digressions}
+        if d.name in {x.name for x in self.digressions}:
+            raise FlowDefinitionError(f"digression {d.name!r} is defined twice")
+        if d.flow.name in names:
+            raise FlowDefinitionError(
+                f"digression {d.name!r}: its flow is named {d.flow.name!r} like another flow "
+                "of the stack; give it its own name"
+            )
+        self.digressions += (d,)
+
+    def digression(
+        self, name: str, *, when: Guard, flow: Flow, resume: Resume = "previous"
+    ) -> FlowStack:
+        """Add a digression; returns the stack."""
+        self._add(Digression(name, when, flow, resume))
+        return self
+
+    def compile(self, tools: Iterable[str] | None = None) -> FlowStack:
+        """Compile the main flow and every digression's flow (``FlowDefinitionError`` lists
+        the problems of the first that has any)."""
+        names = None if tools is None else list(tools)
+        self.main.compile(names)
+        for d in self.digressions:
+            d.flow.compile(names)
+        return self
+
+    def _run_in(self, session: Session, /, *, enforcement: Any) -> StackRunner:
+        from .stack import StackRunner  # the runner builds on this module: imported when run
+
+        return StackRunner(self, session.state, session=session, enforcement=enforcement)
+
+    def __repr__(self) -> str:
+        names = ", ".join(d.name for d in self.digressions)
+        return f"<FlowStack {self.main.name!r} + [{names}]>"
