@@ -169,7 +169,7 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert state.get(OVERLAY_KEY) == "faq"
         assert runner.current is not runner.main
         assert runner.current.name == "faq"
-        assert runner.main.suspended
+        assert runner.main.paused
         assert ctx.postures == ("Answer the faq question.",)
         assert runner.active_steps == ["q"]
         assert state.get("flow:faq:active") == ["q"]
@@ -192,13 +192,13 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert runner.overlay == "faq"
         assert state.get(OVERLAY_KEY) == "faq"
         assert ctx.postures == ("Close the faq detour.",)
-        assert runner.main.suspended
+        assert runner.main.paused
         assert runner.main.done_steps == []
 
         ctx = await session.user_turn("ok, the booking")
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
-        assert not runner.main.suspended
+        assert not runner.main.paused
         assert runner.current is runner.main
         # Caught up on everything written while it was suspended.
         assert runner.main.done_steps == ["name", "size"]
@@ -406,7 +406,7 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         for tool in TOOLS:
             assert session.refusal(tool) == reason
             assert runner.admit(tool) == Admission(tool, False, reason)
-            assert runner.why_blocked(tool) == reason
+            assert (runner.admit(tool, record=False).reason or None) == reason
         assert runner.history == [(2, "cancel", "entered"), (2, "cancel", "terminated")]
 
         await session.tool_ok("book_table")  # ignored: nothing is governed any more
@@ -449,7 +449,7 @@ async def test_terminate_in_observe_mode_admits_every_tool_with_a_violation() ->
         for tool in TOOLS:
             assert session.refusal(tool) is None
             assert runner.admit(tool) == Admission(tool, True, ended("cancel"), violation=True)
-            assert runner.why_blocked(tool) == ended("cancel")
+            assert runner.admit(tool, record=False).reason == ended("cancel")
 
 
 # -- one level deep, order, same-turn triggers ----------------------------------------------------
@@ -700,7 +700,7 @@ async def test_observe_mode_reports_a_main_constraint_breach_during_a_digression
         await session.tool_ok("book_table")
         state.set("turn:hours", True)
         await session.user_turn("when do you open?")
-        reason = runner.why_blocked("book_table")
+        reason = runner.admit("book_table", record=False).reason or None
         assert reason == (
             "'book_table' has already run and may run only once in this conversation. "
             "Do not call it again."
@@ -2061,7 +2061,7 @@ async def test_a_digression_that_cannot_start_leaves_the_main_flow_running() -> 
         with pytest.raises(FlowError, match="a flow named 'faq' is already running"):
             await session.user_turn("a question")
         assert runner.overlay is None
-        assert not runner.main.suspended
+        assert not runner.main.paused
         state.set("name", "Ann")
         assert runner.main.active_steps == ["size"]
 

@@ -1156,7 +1156,7 @@ async def test_conversation_tool_ok_of_a_refused_tool_fails_with_the_reason() ->
     async with booking_script() as (script, _):
         await at_check(script)
         done_before = script.runner.done_steps
-        reason = script.runner.why_blocked("book_table")
+        reason = script.runner.admit("book_table", record=False).reason or None
         assert reason is not None
         with pytest.raises(AssertionError) as info:
             await script.tool_ok("book_table")
@@ -1241,7 +1241,7 @@ async def test_conversation_expect_key_compares_types_and_accepts_none() -> None
 async def test_conversation_expect_refused_for_another_reason_fails() -> None:
     async with booking_script() as (script, _):
         await at_check(script)
-        reason = script.runner.why_blocked("book_table")
+        reason = script.runner.admit("book_table", record=False).reason or None
         message = failure(lambda: script.expect_refused("book_table", reason="already run"))
         assert message.startswith(f"'book_table' is refused, but not for 'already run': {reason}")
 

@@ -9,7 +9,7 @@ what it may call instead, and the active step's posture.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..state import State
@@ -34,13 +34,16 @@ class Admission:
 
     ``reason`` is empty for an admitted call; for a refused one it is written for the model
     (what is missing and what is available now). In observe mode a call the flow would refuse
-    is admitted with ``violation=True`` and the would-be reason.
+    is admitted with ``violation=True`` and the would-be reason. ``once`` says the tool may
+    succeed only once (``once``, ``commit``): a session holds concurrent calls of it one at a
+    time.
     """
 
     tool: str
     allowed: bool
     reason: str = ""
     violation: bool = False
+    once: bool = field(default=False, compare=False)
 
     def __bool__(self) -> bool:
         return self.allowed

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..deprecation import deprecated
 from ..errors import FlowError, SlateError
 from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK
@@ -297,23 +298,39 @@ class FlowRunner:
     # -- pausing (FlowStack digressions) -----------------------------------------------------
 
     @property
-    def suspended(self) -> bool:
-        """Whether the runner is suspended (a digression has the floor): it ignores changes
-        until :meth:`resume`."""
+    def paused(self) -> bool:
+        """Whether the runner is paused (a digression has the floor): it ignores changes
+        until :meth:`unpause`."""
         return self._paused
 
-    def suspend(self) -> None:
+    def pause(self) -> None:
         """Stop reacting to changes; the marking stays exactly as it is."""
         with self._lock:
             self._check_open()
             self._paused = True
 
-    def resume(self) -> None:
-        """React again, first catching up on everything that changed while suspended."""
+    def unpause(self) -> None:
+        """React again, first catching up on everything that changed while paused."""
         with self._lock:
             self._check_open()
             self._paused = False
         self.advance()
+
+    @property
+    @deprecated("runner.paused")
+    def suspended(self) -> bool:
+        """Whether the runner is paused."""
+        return self._paused
+
+    @deprecated("runner.pause()")
+    def suspend(self) -> None:
+        """Pause the runner."""
+        self.pause()
+
+    @deprecated("runner.unpause() (resume means picking up a recorded run after a restart)")
+    def resume(self) -> None:
+        """Unpause the runner."""
+        self.unpause()
 
     def restart(self) -> None:
         """Start the flow over against the current State: every step is re-opened (``on_enter``
@@ -398,46 +415,50 @@ class FlowRunner:
         """Every tool this flow knows: the ones it names, and the ones given to ``compile``."""
         return list(self._plan.universe)
 
-    def admit(self, tool: str) -> Admission:
-        """May the model call ``tool`` now? Checked in order: ``once``, ``never``/``commit``
-        guards, an active step's ``deny``, ``ambient``, the active steps' ``allow`` lists.
+    def admit(self, tool: str, *, record: bool = True) -> Admission:
+        """May the model call ``tool`` now? The one way to ask, with the reason. Checked in
+        order: ``once``, ``never``/``commit`` guards, an active step's ``deny``, ``ambient``,
+        the active steps' ``allow`` lists.
 
         A refusal's reason tells the model what is missing and what it may call instead. In
-        observe mode the call is admitted and the refusal is recorded in :attr:`violations`.
+        observe mode the call is admitted with ``violation=True`` and the would-be reason, and
+        recorded in :attr:`violations` (``record=False``: a question, not a call, records
+        nothing). ``admit(tool, record=False).reason`` is empty exactly when nothing stands in
+        the way, in either mode.
         """
         if type(tool) is not str or not tool:
             raise FlowError(f"flow {self.name!r}: admit takes a tool name, got {tool!r}")
+        once = tool in self._plan.once
         reason = self.tools.refusal(tool)
         if reason is None:
-            return Admission(tool, True)
+            return Admission(tool, True, once=once)
         if self.enforcement is Enforcement.ENFORCE:
-            return Admission(tool, False, reason)
-        self.violations.append(Violation(tool, reason, tuple(self.active_steps)))
-        return Admission(tool, True, reason, violation=True)
+            return Admission(tool, False, reason, once=once)
+        if record:
+            self.violations.append(Violation(tool, reason, tuple(self.active_steps)))
+        return Admission(tool, True, reason, violation=True, once=once)
 
+    @deprecated("admit(tool, record=False): refused when not .allowed, with .reason")
     def refusal(self, tool: str) -> str | None:
         """Why ``tool`` is refused now (for the model), or None when it is admitted."""
-        if type(tool) is not str or not tool:
-            raise FlowError(f"flow {self.name!r}: refusal takes a tool name, got {tool!r}")
-        if self.enforcement is Enforcement.OBSERVE:
-            return None  # admitted; a violation is recorded only when the model calls it
-        return self.tools.refusal(tool)
+        admission = self.admit(tool, record=False)
+        return None if admission.allowed else admission.reason
 
+    @deprecated("admit(tool, record=False).reason (empty when nothing stands in the way)")
     def why_blocked(self, tool: str) -> str | None:
-        """The reason ``tool`` would be refused now, or None if it would be admitted (this
-        records nothing, in either mode)."""
-        return self.tools.refusal(tool)
+        """The reason ``tool`` would be refused now, in either mode, or None."""
+        return self.admit(tool, record=False).reason or None
 
+    @deprecated("runner.tools.constraint_refusal(tool)")
     def constraint_refusal(self, tool: str) -> str | None:
-        """Why the flow's constraints (``once``, ``never``, ``commit``) refuse ``tool`` now,
-        whatever step is active, or None: what still binds while a digression has the floor."""
+        """Why the flow's constraints refuse ``tool`` now, whatever step is active, or None."""
         if self.enforcement is Enforcement.OBSERVE:
             return None
         return self.tools.constraint_refusal(tool)
 
+    @deprecated("admit(tool).once")
     def single(self, tool: str) -> bool:
-        """Whether ``tool`` may succeed at most once (``once``, ``commit``): a session holds
-        concurrent calls of it one at a time (``Session.claim``)."""
+        """Whether ``tool`` may succeed at most once (``once``, ``commit``)."""
         return tool in self._plan.once
 
     # -- queries -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..deprecation import deprecated
 from ..errors import FlowError, SlateError
 from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK, Clock
@@ -310,7 +311,7 @@ class StackRunner:
                 )
                 runner._entered_this_turn()
                 runner._announces_over = False
-                self.main.suspend()
+                self.main.pause()
                 self._active = (d, runner)
                 # Completed between turns by a write (a background result, a webhook): noticed
                 # at once, so a terminating one refuses tools before the next turn.
@@ -355,7 +356,7 @@ class StackRunner:
             self.main.restart()
             self.history.append((self.turns, d.name, "restarted"))
         else:
-            self.main.resume()
+            self.main.unpause()
             self.history.append((self.turns, d.name, "resumed"))
 
     def on_tool_ok(self, tool: str) -> None:
@@ -417,49 +418,49 @@ class StackRunner:
             found.update(dict.fromkeys(sorted(set(d.flow.tools()) | (d.flow.registry or set()))))
         return list(found)
 
-    def admit(self, tool: str) -> Admission:
-        """May the model call ``tool`` now? The speaking layer decides; once terminated, every
-        tool is refused with the reason."""
+    def admit(self, tool: str, *, record: bool = True) -> Admission:
+        """May the model call ``tool`` now? The speaking layer decides, and while a digression
+        has the floor the main flow's ``once``, ``never`` and ``commit`` constraints still
+        bind; once terminated, every tool is refused with the reason. ``record`` as in
+        ``FlowRunner.admit`` (observe-mode breaches go to ``main.violations``)."""
+        once = tool in self.main.tools.plan.once
         if self.terminated is not None:
             if self.enforcement is Enforcement.OBSERVE:
                 # Admitted, and audited like any other breach.
-                self.main.violations.append(Violation(tool, self._ended(), ()))
-                return Admission(tool, True, self._ended(), violation=True)
-            return Admission(tool, False, self._ended())
-        admission = self.current.admit(tool)
+                if record:
+                    self.main.violations.append(Violation(tool, self._ended(), ()))
+                return Admission(tool, True, self._ended(), violation=True, once=once)
+            return Admission(tool, False, self._ended(), once=once)
+        admission = self.current.admit(tool, record=record)
+        once = once or admission.once
         if admission.allowed and not admission.violation and self._active is not None:
             binding = self._binding(tool)
             if binding is not None:
                 if self.enforcement is Enforcement.OBSERVE:
-                    self.main.violations.append(
-                        Violation(tool, binding, tuple(self.current.active_steps))
-                    )
-                    return Admission(tool, True, binding, violation=True)
-                return Admission(tool, False, binding)
+                    if record:
+                        active = tuple(self.current.active_steps)
+                        self.main.violations.append(Violation(tool, binding, active))
+                    return Admission(tool, True, binding, violation=True, once=once)
+                return Admission(tool, False, binding, once=once)
+        if once != admission.once:
+            return Admission(tool, admission.allowed, admission.reason, admission.violation, once)
         return admission
 
+    @deprecated("admit(tool).once")
     def single(self, tool: str) -> bool:
         """Whether ``tool`` may succeed at most once in the main flow or the speaking layer."""
-        return self.main.single(tool) or self.current.single(tool)
+        return self.admit(tool, record=False).once
 
+    @deprecated("admit(tool, record=False): refused when not .allowed, with .reason")
     def refusal(self, tool: str) -> str | None:
-        """Why ``tool`` is refused now, or None. While a digression has the floor, the main
-        flow's ``once``, ``never`` and ``commit`` constraints still bind."""
-        if self.terminated is not None:
-            return None if self.enforcement is Enforcement.OBSERVE else self._ended()
-        refusal = self.current.refusal(tool)
-        if refusal is None and self._active is not None and self.enforcement is Enforcement.ENFORCE:
-            refusal = self._binding(tool)
-        return refusal
+        """Why ``tool`` is refused now, or None."""
+        admission = self.admit(tool, record=False)
+        return None if admission.allowed else admission.reason
 
+    @deprecated("admit(tool, record=False).reason (empty when nothing stands in the way)")
     def why_blocked(self, tool: str) -> str | None:
         """Why ``tool`` would be refused now, even in observe mode (nothing is recorded)."""
-        if self.terminated is not None:
-            return self._ended()
-        reason = self.current.why_blocked(tool)
-        if reason is None and self._active is not None:
-            reason = self._binding(tool)
-        return reason
+        return self.admit(tool, record=False).reason or None
 
     def _binding(self, tool: str) -> str | None:
         """Why the suspended main flow's constraints refuse ``tool`` while a digression speaks:
@@ -472,7 +473,8 @@ class StackRunner:
         available = [
             t
             for t in candidates
-            if self.current.why_blocked(t) is None and self.main.tools.constraint_denial(t) is None
+            if not self.current.admit(t, record=False).reason
+            and self.main.tools.constraint_denial(t) is None
         ]
         return self.current.tools.reason(tool, *denial, available)
 

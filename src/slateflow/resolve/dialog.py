@@ -248,39 +248,26 @@ class Dialog:
                 await self._hook(hook, hook._on_tool(self.session, tool))
         self.publish_timing()
 
-    def admit(self, tool: str) -> ToolClaim:
+    def admit(self, tool: str, *, record: bool = True) -> ToolClaim:
         """Whether every flow admits a call of ``tool`` now (the first refusal wins); in observe
-        mode an admitted breach is recorded by its flow and flagged ``violation``."""
+        mode an admitted breach is recorded by its flow (unless ``record=False``) and flagged
+        ``violation``; ``once`` when a flow lets it succeed only once."""
         self.session._check_usable()
         flagged = ""
+        once = False
         for governor in self._live():
-            admit: Callable[[str], Admitted] | None = getattr(governor, "admit", None)
-            if admit is None:  # a governor without admit(): its refusal decides
-                reason = governor.refusal(tool)
-                if reason is not None:
-                    return ToolClaim(tool, False, reason)
-                continue
-            admission = admit(tool)
+            admission: Admitted = governor.admit(tool, record=record)
+            once = once or admission.once
             if not admission.allowed:
-                return ToolClaim(tool, False, admission.reason)
+                return ToolClaim(tool, False, admission.reason, once=once)
             if admission.violation and not flagged:
                 flagged = admission.reason
-        return ToolClaim(tool, True, flagged, violation=bool(flagged))
-
-    def single(self, tool: str) -> bool:
-        """Whether a flow lets ``tool`` succeed only once."""
-        for governor in self._live():
-            single: Callable[[str], bool] | None = getattr(governor, "single", None)
-            if single is not None and single(tool):
-                return True
-        return False
+        return ToolClaim(tool, True, flagged, violation=bool(flagged), once=once)
 
     def refusal(self, tool: str) -> str | None:
-        for governor in self._live():
-            reason = governor.refusal(tool)
-            if reason is not None:
-                return reason
-        return None
+        """Why a flow refuses ``tool`` now, or None (observe mode refuses nothing)."""
+        claim = self.admit(tool, record=False)
+        return None if claim.allowed else claim.reason
 
     async def _hook(self, hook: TurnHook, work: Any) -> None:
         try:

@@ -40,13 +40,23 @@ class ToolClaim:
     called; an exception reports nothing.
     """
 
-    __slots__ = ("_failed", "allowed", "reason", "tool", "violation")
+    __slots__ = ("_failed", "allowed", "once", "reason", "tool", "violation")
 
-    def __init__(self, tool: str, allowed: bool, reason: str = "", violation: bool = False):
+    def __init__(
+        self,
+        tool: str,
+        allowed: bool,
+        reason: str = "",
+        violation: bool = False,
+        *,
+        once: bool = False,
+    ) -> None:
         self.tool = tool
         self.allowed = allowed
         self.reason = reason
         self.violation = violation
+        self.once = once
+        """Whether a flow lets the tool succeed only once (concurrent calls wait their turn)."""
         self._failed = False
 
     def fail(self) -> None:
@@ -113,7 +123,7 @@ class ToolDesk:
             yield claim
             return
         release: anyio.Event | None = None
-        if self._dialog.single(tool):
+        if claim.once:
             release = self._held[tool] = anyio.Event()
         try:
             yield claim

@@ -201,7 +201,8 @@ class ConversationScript:
     def _why_blocked(self, tool: str) -> str | None:
         # A stack answers for all its layers (the main flow's constraints bind in a digression).
         started = self._started
-        return (started if isinstance(started, StackRunner) else self.runner).why_blocked(tool)
+        runner = started if isinstance(started, StackRunner) else self.runner
+        return runner.admit(tool, record=False).reason or None
 
     def expect_refused(self, tool: str, reason: str | None = None) -> str:
         """The flow refuses ``tool`` now (with ``reason`` in its message, when given); returns
