@@ -3,7 +3,6 @@ durability levels, closed and failed stores, checkpoints, and the import layerin
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -952,113 +951,10 @@ def test_memory_store_copy_is_a_restart_point() -> None:
     assert state.get("b") is None
 
 
-# -- layering --------------------------------------------------------------------------------
-
-LAYERS = ["errors", "stores", "state", "resolve", "flow", "conversation", "orchestrate", "testing"]
-# Modules of the base layer beside errors.py (they import nothing of the package).
-BASE = {"errors", "deprecation"}
+# -- layering (the rest is in test_structure.py) ----------------------------------------------
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def runtime_imports(source: str, module: str, is_package: bool) -> set[str]:
-    """The absolute slateflow modules ``module`` imports at run time (anywhere, functions
-    included), leaving out imports under ``if TYPE_CHECKING:``."""
-    package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If) and _is_type_checking(node.test):
-                visit(node.orelse)
-                continue
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.split(".")[0] == "slateflow")
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join(parts[: len(parts) - node.level + 1])
-                    target = f"{base}.{node.module}" if node.module else base
-                else:
-                    target = node.module or ""
-                if target.split(".")[0] == "slateflow":
-                    if node.module is None:
-                        found.update(f"{target}.{a.name}" for a in node.names)
-                    else:
-                        found.add(target)
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.stmt):
-                    visit([child])
-                elif isinstance(child, ast.ExceptHandler | ast.match_case):
-                    visit(child.body)
-
-    visit(ast.parse(source).body)
-    return found
-
-
-def test_runtime_imports_helper() -> None:
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "import typing\n"
-        "from ..errors import X\n"
-        "from . import sibling\n"
-        "from .sub import y\n"
-        "import slateflow.flow\n"
-        "if TYPE_CHECKING:\n"
-        "    from ..resolve import Session\n"
-        "if typing.TYPE_CHECKING:\n"
-        "    from ..flow import F\n"
-        "else:\n"
-        "    from ..testing import T\n"
-        "def f():\n"
-        "    from ..orchestrate import O\n"
-        "class C:\n"
-        "    try:\n"
-        "        from ..conversation import Z\n"
-        "    except ImportError:\n"
-        "        pass\n"
-    )
-    found = runtime_imports(source, "slateflow.state.mod", is_package=False)
-    assert found == {
-        "slateflow.errors",
-        "slateflow.state.sibling",
-        "slateflow.state.sub",
-        "slateflow.flow",
-        "slateflow.testing",
-        "slateflow.orchestrate",
-        "slateflow.conversation",
-    }
-    assert runtime_imports("from .. import errors", "slateflow.stores", is_package=True) == {
-        "slateflow.errors"
-    }
-
-
-def layer_modules() -> list[tuple[str, Path]]:
-    out = [("errors", SRC / f"{name}.py") for name in sorted(BASE)]
-    for layer in LAYERS[1:]:
-        files = sorted((SRC / layer).rglob("*.py"))
-        assert files, f"no modules in layer {layer}"
-        out.extend((layer, f) for f in files)
-    return out
-
-
-def test_a_lower_layer_never_imports_a_higher_one() -> None:
-    problems = []
-    for layer, path in layer_modules():
-        rel = path.relative_to(SRC.parent).with_suffix("")
-        is_package = rel.name == "__init__"
-        module = ".".join(rel.parent.parts if is_package else rel.parts)
-        for target in sorted(runtime_imports(path.read_text("utf-8"), module, is_package)):
-            parts = target.split(".")
-            top = parts[1] if len(parts) > 1 else ""
-            top = "errors" if top in BASE else top
-            if top not in LAYERS or LAYERS.index(top) > LAYERS.index(layer):
-                problems.append(f"{module} ({layer}) imports {target}")
-    assert problems == []
+from test_structure import runtime_imports  # noqa: E402
 
 
 def test_stores_import_only_errors_and_themselves() -> None:

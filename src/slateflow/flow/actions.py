@@ -15,16 +15,28 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import SlateError
+from ..errors import FlowError, SlateError
+from .definition import Flow
 from .steps import OnEnter, Step
 
 if TYPE_CHECKING:
     from ..resolve.session import Session
     from ..resolve.turns import Governor
 
-__all__ = ["Actions", "send"]
+__all__ = ["Actions", "check_actions", "send"]
 
 log = logging.getLogger("slateflow.flow")
+
+
+def check_actions(flow: Flow, session: Session | None) -> None:
+    """Refuse to run a flow with ``on_enter`` actions without a session to run them in."""
+    if session is None:
+        for s in flow.steps:
+            if s.on_enter is not None:
+                raise FlowError(
+                    f"flow {flow.name!r}: step {s.id!r} has an on_enter action, which needs "
+                    "a session to run in; start the flow with session.run_flow(flow)"
+                )
 
 
 def send(signal: Any, sender: object, flow: str, **kwargs: Any) -> None:

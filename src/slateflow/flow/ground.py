@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TemplateError
+from ..errors import FlowError, TemplateError
 from ..resolve.template import MISSING, Template, _Placeholder, _walk, spell
 
 if TYPE_CHECKING:
     from ..state import State
+    from .definition import Flow
 
-__all__ = ["Ground", "truthy"]
+__all__ = ["Ground", "check_grounds", "truthy"]
 
 
 def truthy(value: Any) -> bool:
@@ -109,3 +110,15 @@ class Ground:
 def _lookup(state: State, piece: _Placeholder) -> Any:
     found = state.get(piece.key, MISSING)
     return _walk(found, piece.steps) if piece.steps else found
+
+
+def check_grounds(flow: Flow, state: State) -> None:
+    """Refuse to run a flow whose step grounds show a secret key to the model."""
+    # Only a policy can make a key secret: an ungoverned state has nothing to check.
+    for s in flow.steps if state.engine.policy.active else ():
+        shown = s.ground.shown_secrets(state) if s.ground is not None else []
+        if shown:
+            raise FlowError(
+                f"flow {flow.name!r}: step {s.id!r}'s ground shows {shown[0]!r}, a secret "
+                "key, to the model; test it instead ({" + shown[0] + "?known:unknown})"
+            )

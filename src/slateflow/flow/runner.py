@@ -17,21 +17,20 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..deprecation import deprecated
-from ..errors import FlowError, SlateError
-from ..resolve.background import BackgroundResult
-from ..resolve.clock import SYSTEM_CLOCK
+from ..errors import FlowError
 from ..state import Change, State
 from . import signals
-from .actions import Actions, send
+from .actions import Actions, check_actions, send
 from .admission import Admission, Enforcement, Tools, Violation
+from .aliases import RunnerAliases
 from .compiled import compiled
 from .definition import Flow
-from .explain import FlowExplanation, explain
+from .explain import FlowExplanation
+from .ground import check_grounds
 from .guards import Guard, Marking
 from .machine import Event, Machine, Verdict
 from .progress import Progress
-from .timing import DEFAULT_REPROMPT, VoiceTiming
+from .view import RunnerView
 from .waits import Waiter, Waits
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ _SIGNALS = {
 }
 
 
-class FlowRunner:
+class FlowRunner(RunnerView, RunnerAliases):
     """Runs one flow over a State: latches steps, publishes progress, answers tool admission.
 
     Start one with ``session.run_flow(flow)`` (which also fires ``on_enter`` actions and closes
@@ -90,7 +89,8 @@ class FlowRunner:
                 f"got {enforcement!r}"
             ) from None
         flow.compile(flow.registry)
-        _check_runnable(flow, state, session)
+        check_grounds(flow, state)
+        check_actions(flow, session)
         self.flow = flow
         self.state = state
         self.session = session
@@ -287,14 +287,6 @@ class FlowRunner:
         with self._lock:
             self._machine.entered_this_turn()
 
-    def reprompts(self) -> list[str]:
-        """What to tell the model for each active step its repair policy says to reprompt: the
-        step's ``timing.reprompt`` text, else :data:`DEFAULT_REPROMPT`."""
-        with self._lock:
-            due = [i for i in self._plan.repairs if self._machine.reprompt_due(i)]
-        timings = [self.flow.steps[i].timing for i in due]
-        return [DEFAULT_REPROMPT if t is None else t.reprompt_text for t in timings]
-
     # -- pausing (FlowStack digressions) -----------------------------------------------------
 
     @property
@@ -315,22 +307,6 @@ class FlowRunner:
             self._check_open()
             self._paused = False
         self.advance()
-
-    @property
-    @deprecated("runner.paused")
-    def suspended(self) -> bool:
-        """Whether the runner is paused."""
-        return self._paused
-
-    @deprecated("runner.pause()")
-    def suspend(self) -> None:
-        """Pause the runner."""
-        self.pause()
-
-    @deprecated("runner.unpause() (resume means picking up a recorded run after a restart)")
-    def resume(self) -> None:
-        """Unpause the runner."""
-        self.unpause()
 
     def restart(self) -> None:
         """Start the flow over against the current State: every step is re-opened (``on_enter``
@@ -363,57 +339,7 @@ class FlowRunner:
         if self._machine.over and not was_over and signals.flow_over.receivers:
             send(signals.flow_over, self, self.name)
 
-    @property
-    def is_over(self) -> bool:
-        """Whether the flow is complete and its closing words were handed to the model (the
-        moment a call may end without cutting them off): ``flow:{name}:over``."""
-        return self._machine.over
-
-    @property
-    def told_steps(self) -> list[str]:
-        """The steps whose posture reached the model since they were last entered, in flow
-        order (``flow:{name}:told``)."""
-        with self._lock:
-            return [self.flow.steps[i].id for i in sorted(self._machine.told)]
-
-    def postures(self) -> list[str]:
-        """The active steps' postures (instructions for the model), in flow order; once the
-        flow is complete, those of the terminal steps it ended on."""
-        with self._lock:
-            return [rt.step.posture for rt in self._machine.speaking() if rt.step.posture]
-
-    def grounds(self) -> list[str]:
-        """The active steps' grounds rendered from the State now (chosen like
-        :meth:`postures`); blank lines are dropped."""
-        with self._lock:
-            rts = self._machine.speaking()
-        lines = []
-        for ground in [rt.step.ground for rt in rts if rt.step.ground is not None]:
-            try:
-                lines.append(ground.render(self.state))
-            except SlateError as exc:
-                # A key made secret after the flow started: the line is left out, not the turn.
-                log.error("flow %r: a ground could not be rendered: %s", self.name, exc)
-        return [line for line in lines if line.strip()]
-
-    def voice_timing(self) -> VoiceTiming | None:
-        """The merged :class:`VoiceTiming` of the active steps (None when none has any)."""
-        if not self._plan.timed:
-            return None
-        with self._lock:
-            speaking = self._machine.speaking()  # a closing terminal step's timing applies too
-        merged: VoiceTiming | None = None
-        for rt in speaking:
-            timing = rt.step.timing
-            if timing is not None:
-                merged = timing if merged is None else merged.merge(timing)
-        return merged
-
     # -- tools -------------------------------------------------------------------------------
-
-    def known_tools(self) -> list[str]:
-        """Every tool this flow knows: the ones it names, and the ones given to ``compile``."""
-        return list(self._plan.universe)
 
     def admit(self, tool: str, *, record: bool = True) -> Admission:
         """May the model call ``tool`` now? The one way to ask, with the reason. Checked in
@@ -437,121 +363,6 @@ class FlowRunner:
         if record:
             self.violations.append(Violation(tool, reason, tuple(self.active_steps)))
         return Admission(tool, True, reason, violation=True, once=once)
-
-    @deprecated("admit(tool, record=False): refused when not .allowed, with .reason")
-    def refusal(self, tool: str) -> str | None:
-        """Why ``tool`` is refused now (for the model), or None when it is admitted."""
-        admission = self.admit(tool, record=False)
-        return None if admission.allowed else admission.reason
-
-    @deprecated("admit(tool, record=False).reason (empty when nothing stands in the way)")
-    def why_blocked(self, tool: str) -> str | None:
-        """The reason ``tool`` would be refused now, in either mode, or None."""
-        return self.admit(tool, record=False).reason or None
-
-    @deprecated("runner.tools.constraint_refusal(tool)")
-    def constraint_refusal(self, tool: str) -> str | None:
-        """Why the flow's constraints refuse ``tool`` now, whatever step is active, or None."""
-        if self.enforcement is Enforcement.OBSERVE:
-            return None
-        return self.tools.constraint_refusal(tool)
-
-    @deprecated("admit(tool).once")
-    def single(self, tool: str) -> bool:
-        """Whether ``tool`` may succeed at most once (``once``, ``commit``)."""
-        return tool in self._plan.once
-
-    # -- queries -----------------------------------------------------------------------------
-
-    @property
-    def active_steps(self) -> list[str]:
-        """The ids of the active steps (reachable and not done), in flow order."""
-        with self._lock:
-            return list(self._machine.active_ids.ids)
-
-    @property
-    def done_steps(self) -> list[str]:
-        """The ids of the done steps, in flow order."""
-        with self._lock:
-            return list(self._machine.done_ids.ids)
-
-    @property
-    def marking(self) -> Marking:
-        """The done steps and the successful tool calls so far."""
-        with self._lock:
-            return self._machine.mark()
-
-    @property
-    def is_complete(self) -> bool:
-        """Whether the flow is complete: every ``require``-d step done and, if the flow has
-        terminal steps, one of them reached (with neither, every step done)."""
-        return self._machine.complete
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` ran (the runner no longer advances)."""
-        return self._closed
-
-    def unmet_requirements(self) -> list[str]:
-        """The ``require``-d steps not done yet, in the order the constraints name them."""
-        with self._lock:
-            done = self._machine.done
-            return [self.flow.steps[i].id for i in self._plan.required if not done[i]]
-
-    def verdict(self, step: str) -> Verdict:
-        """Where ``step`` stands: pending, active, done or skipped."""
-        i = self._index(step)
-        with self._lock:
-            return self._machine.verdict(i)
-
-    def explain(self) -> FlowExplanation:
-        """Where the flow is and why: what each active step waits for, what keeps the next
-        steps from starting, which tools are allowed or refused (and why), what is unmet."""
-        with self._lock, self.state.engine.outside_transaction():
-            return explain(self._machine, self.tools, self.state)
-
-    def take_deliveries(self) -> list[BackgroundResult]:
-        """Background results of ``on_enter`` actions with no ``deliver``, oldest first; taking
-        them empties the queue."""
-        return [] if self.session is None else self.session.inbox.take(self)
-
-    def _index(self, step: str) -> int:
-        i = self._plan.ids.get(step) if isinstance(step, str) else None
-        if i is None:
-            raise FlowError(
-                f"flow {self.name!r} has no step {step!r}; its steps: "
-                + ", ".join(s.id for s in self.flow.steps)
-            )
-        return i
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise FlowError(f"flow {self.name!r}: the runner is closed; start the flow again")
-
-    # -- waiting -----------------------------------------------------------------------------
-
-    async def wait_for_step(self, step: str, timeout: float | None = None) -> Verdict:
-        """Wait until ``step`` is reached (active or done) and return its verdict.
-
-        Raises :class:`WaitTimeoutError` after ``timeout`` seconds (on the session's clock, so
-        a manual clock in tests) with the runner's explanation.
-        """
-        i = self._index(step)
-        m = self._machine
-
-        def reached() -> bool:
-            return m.active[i] or m.done[i]
-
-        await self._waits.until(reached, timeout, f"step {step!r} to be reached", self._clock())
-        return self.verdict(step)
-
-    async def wait_complete(self, timeout: float | None = None) -> None:
-        """Wait until the flow is complete; raises :class:`WaitTimeoutError` after ``timeout``."""
-        m = self._machine
-        await self._waits.until(lambda: m.complete, timeout, "the flow to complete", self._clock())
-
-    def _clock(self) -> Any:
-        return self.session.clock if self.session is not None else SYSTEM_CLOCK
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -584,22 +395,3 @@ class FlowRunner:
         status = "closed" if self._closed else "complete" if self.is_complete else "running"
         active = ", ".join(self.active_steps) or "none"
         return f"<FlowRunner {self.name!r} {status}; active: {active}>"
-
-
-def _check_runnable(flow: Flow, state: State, session: Session | None) -> None:
-    """Refuse a flow whose grounds show a secret, or with on_enter actions and no session."""
-    # Only a policy can make a key secret: an ungoverned state has nothing to check.
-    for s in flow.steps if state.engine.policy.active else ():
-        shown = s.ground.shown_secrets(state) if s.ground is not None else []
-        if shown:
-            raise FlowError(
-                f"flow {flow.name!r}: step {s.id!r}'s ground shows {shown[0]!r}, a secret "
-                "key, to the model; test it instead ({" + shown[0] + "?known:unknown})"
-            )
-    if session is None:
-        for s in flow.steps:
-            if s.on_enter is not None:
-                raise FlowError(
-                    f"flow {flow.name!r}: step {s.id!r} has an on_enter action, which needs "
-                    "a session to run in; start the flow with session.run_flow(flow)"
-                )
