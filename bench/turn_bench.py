@@ -24,18 +24,9 @@ from typing import Any
 
 import anyio
 
-from slateflow import (
-    Flow,
-    RepairPolicy,
-    Session,
-    State,
-    Step,
-    SystemClock,
-    VoiceTiming,
-    captured,
-    is_true,
-)
+from slateflow import Flow, RepairPolicy, Session, State, Step, VoiceTiming, captured, is_true
 from slateflow.conversation import Extract, datetime, integer_near, redact, true_only, yes_no
+from slateflow.resolve import SystemClock
 
 TEXT = "Saturday at 7 pm for four people please, my card is 4111 1111 1111 1111, thanks a lot"
 

@@ -17,19 +17,10 @@ from typing import Any
 
 import anyio
 
-from slateflow import (
-    BackgroundResult,
-    PolicyViolation,
-    Resolver,
-    Retry,
-    Scheduling,
-    Session,
-    State,
-    error_key,
-    result_key,
-    status_key,
-    when,
-)
+from slateflow import Resolver, Retry, Scheduling, Session, State
+from slateflow.errors import PolicyViolation
+from slateflow.resolve import BackgroundResult
+from slateflow.state import error_key, result_key, status_key, when
 
 NAME = "availability"
 

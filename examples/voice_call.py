@@ -25,7 +25,6 @@ from typing import Any
 import anyio
 
 from slateflow import (
-    BackgroundResult,
     Digression,
     Flow,
     FlowStack,
@@ -35,7 +34,6 @@ from slateflow import (
     Session,
     State,
     Step,
-    TurnContext,
     VoiceTiming,
     called_ok,
     captured,
@@ -57,6 +55,7 @@ from slateflow.conversation import (
     true_only,
     yes_no,
 )
+from slateflow.resolve import BackgroundResult, TurnContext
 
 TOOLS = ["book_table", "transfer_to_human"]
 

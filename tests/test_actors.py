@@ -8,7 +8,8 @@ import anyio
 import pytest
 
 from helpers import fingerprint
-from slateflow import PolicyViolation, State
+from slateflow import State
+from slateflow.errors import PolicyViolation
 
 
 def test_writes_inside_are_stamped_and_fenced() -> None:

@@ -16,15 +16,14 @@ import pytest
 from pydantic import BaseModel
 
 from helpers import fingerprint
-from slateflow import (
+from slateflow import Key, State
+from slateflow.errors import (
     InvalidKeyError,
-    Key,
     KeyExistsError,
     MissingKeyError,
     PolicyViolation,
     ReadOnlyError,
     SchemaError,
-    State,
     StateValueError,
     VersionConflictError,
 )

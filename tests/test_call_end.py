@@ -18,9 +18,8 @@ from slateflow import (
     Step,
     is_set,
     is_true,
-    signals,
 )
-from slateflow.flow import OVER_KEY
+from slateflow.flow import OVER_KEY, signals
 
 pytestmark = pytest.mark.anyio
 

@@ -33,20 +33,10 @@ from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slateflow import (
-    BackgroundResult,
-    DispatchRejectedError,
-    ManualClock,
-    Mutation,
-    Resolver,
-    ResolverCancelledError,
-    ResolverError,
-    Retry,
-    Run,
-    Scheduling,
-    Session,
-    State,
-)
+from slateflow import ManualClock, Resolver, Retry, Scheduling, Session, State
+from slateflow.errors import DispatchRejectedError, ResolverCancelledError, ResolverError
+from slateflow.resolve import BackgroundResult, Run
+from slateflow.state import Mutation
 
 NAMES = ("n0", "n1", "n2", "n3")
 POLICIES = ("latest", "queue", "parallel", "reject")

@@ -8,7 +8,8 @@ import time
 import anyio
 import pytest
 
-from slateflow import Clock, ManualClock, State, SystemClock
+from slateflow import ManualClock, State
+from slateflow.resolve import Clock, SystemClock
 
 
 def test_manual_clock_starts_where_told_and_is_a_state_clock() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from slateflow import ReadOnlyError, State
-from slateflow.errors import UsageError
+from slateflow import State
+from slateflow.errors import ReadOnlyError, UsageError
 
 
 def test_a_derived_value_is_computed_at_once_and_recomputed_when_an_input_changes() -> None:

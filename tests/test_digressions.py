@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from slateflow import (
     Digression,
-    Enforcement,
     Flow,
     FlowStack,
     ManualClock,
@@ -33,7 +32,7 @@ from slateflow import (
     run,
 )
 from slateflow.errors import FlowDefinitionError, FlowFormatError
-from slateflow.flow import DEFAULT_REPROMPT, StackRunner
+from slateflow.flow import DEFAULT_REPROMPT, Enforcement, StackRunner
 
 pytestmark = pytest.mark.anyio
 

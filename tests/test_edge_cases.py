@@ -7,13 +7,8 @@ import contextvars
 import pytest
 
 from helpers import fingerprint
-from slateflow import (
-    Change,
-    InvalidKeyError,
-    State,
-    TransactionError,
-    VersionConflictError,
-)
+from slateflow import Change, State
+from slateflow.errors import InvalidKeyError, TransactionError, VersionConflictError
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,7 @@ from hypothesis import strategies as st
 
 from helpers import fingerprint
 from slateflow import (
-    Edge,
     Flow,
-    Ground,
-    Guard,
-    OnEnter,
     Resolver,
     Scheduling,
     State,
@@ -49,6 +45,7 @@ from slateflow import (
     run,
 )
 from slateflow.errors import FlowDefinitionError, FlowFormatError, TemplateError
+from slateflow.flow import Edge, Ground, Guard, OnEnter
 
 quick = settings(deadline=None, max_examples=150)
 
@@ -1326,7 +1323,7 @@ def test_choice_truthiness_property(value: Any) -> None:
     expected = "N" if falsy else "Y"
     assert render("{k?Y:N}", k=value) == expected
     # The plain placeholder shows the value as a template does.
-    from slateflow import Template
+    from slateflow.resolve import Template
 
     state = State()
     state.set("k", value)

@@ -18,18 +18,11 @@ from hypothesis import strategies as st
 
 from helpers import run_threads, tagged
 from slateflow import (
-    Admission,
-    Enforcement,
     Flow,
-    FlowExplanation,
     FlowRunner,
-    Guard,
-    Marking,
     Resolver,
     State,
     Step,
-    Verdict,
-    Violation,
     all_,
     any_,
     before,
@@ -48,9 +41,18 @@ from slateflow import (
     require,
     reset,
     run,
-    signals,
 )
 from slateflow.errors import FlowDefinitionError, FlowError
+from slateflow.flow import (
+    Admission,
+    Enforcement,
+    FlowExplanation,
+    Guard,
+    Marking,
+    Verdict,
+    Violation,
+    signals,
+)
 
 props = settings(deadline=None, max_examples=120)
 

@@ -15,9 +15,21 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow import Flow, FlowRunner, Session, State, Step, Verdict, edge, is_set, is_true
+from slateflow import Flow, FlowRunner, Session, State, Step, edge, is_set, is_true
 from slateflow.errors import FlowDefinitionError, FlowFormatError, GuardFormatError
-from slateflow.flow import Digression, FlowStack, Guard, between, ge, gt, le, lt, require, reset
+from slateflow.flow import (
+    Digression,
+    FlowStack,
+    Guard,
+    Verdict,
+    between,
+    ge,
+    gt,
+    le,
+    lt,
+    require,
+    reset,
+)
 from slateflow.resolve.clock import ManualClock
 from slateflow.stores import MemoryStore
 

@@ -24,8 +24,6 @@ from hypothesis import strategies as st
 
 from helpers import run_threads
 from slateflow import (
-    BackgroundResult,
-    Enforcement,
     Flow,
     FlowRunner,
     ManualClock,
@@ -34,7 +32,6 @@ from slateflow import (
     Session,
     State,
     Step,
-    Verdict,
     always,
     any_,
     called_ok,
@@ -48,7 +45,6 @@ from slateflow import (
     reset,
     resolved,
     run,
-    signals,
 )
 from slateflow.errors import (
     DispatchRejectedError,
@@ -57,6 +53,8 @@ from slateflow.errors import (
     SessionError,
     WaitTimeoutError,
 )
+from slateflow.flow import Enforcement, Verdict, signals
+from slateflow.resolve import BackgroundResult
 
 MODES = ["dispatch", "background", "call"]
 SAFETY = 10.0  # seconds of real time a thread test may take before it counts as hung

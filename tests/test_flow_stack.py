@@ -19,9 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from slateflow import (
-    Admission,
     Digression,
-    Enforcement,
     Flow,
     FlowRunner,
     FlowStack,
@@ -29,10 +27,8 @@ from slateflow import (
     RepairPolicy,
     Resolver,
     Session,
-    StackRunner,
     State,
     Step,
-    Verdict,
     VoiceTiming,
     all_,
     called_ok,
@@ -54,6 +50,10 @@ from slateflow.flow import (
     OVERLAY_KEY,
     TERMINATED_KEY,
     VOICE_TIMING_KEY,
+    Admission,
+    Enforcement,
+    StackRunner,
+    Verdict,
     escalate_key,
     reprompt_key,
 )

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from slateflow import Guard, GuardFormatError, State
-from slateflow.errors import StateValueError, UsageError
+from slateflow import State
+from slateflow.errors import GuardFormatError, StateValueError, UsageError
+from slateflow.flow import Guard
 from slateflow.state.values import MAX_DEPTH, MAX_INT_DIGITS
 
 

@@ -11,17 +11,9 @@ from typing import Any
 
 import pytest
 
-from slateflow import (
-    SECRET_MASK,
-    Change,
-    CursorExpiredError,
-    JournalSink,
-    JsonlSink,
-    MemorySink,
-    Mutation,
-    SlateError,
-    State,
-)
+from slateflow import Change, SlateError, State
+from slateflow.errors import CursorExpiredError
+from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, Mutation
 
 
 class BatchSink:

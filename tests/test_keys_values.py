@@ -13,19 +13,15 @@ import pytest
 from pydantic import BaseModel
 
 from helpers import tagged
-from slateflow import (
-    MAX_KEY_LENGTH,
+from slateflow import Key, State
+from slateflow.errors import (
     InvalidKeyError,
-    Key,
     MissingKeyError,
     ReadOnlyError,
     SchemaError,
-    State,
     StateValueError,
-    error_key,
-    result_key,
-    status_key,
 )
+from slateflow.state import MAX_KEY_LENGTH, error_key, result_key, status_key
 
 
 def assert_names(exc: BaseException, key: object) -> None:

@@ -9,16 +9,10 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow import (
-    BackgroundResult,
-    ManualClock,
-    Resolver,
-    Scheduling,
-    Session,
-    State,
-)
+from slateflow import ManualClock, Resolver, Scheduling, Session, State
 from slateflow.conversation import Extract, LLMExtractor, party_size
 from slateflow.errors import ExtractDefinitionError
+from slateflow.resolve import BackgroundResult
 from slateflow.resolve.inbox import Inbox
 from slateflow.testing import ScriptedLLM
 

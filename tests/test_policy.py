@@ -11,17 +11,9 @@ import pytest
 from pydantic import BaseModel
 
 from helpers import committed_view
-from slateflow import (
-    SECRET_MASK,
-    Change,
-    InvalidKeyError,
-    JsonlSink,
-    Policy,
-    PolicyViolation,
-    ReadOnlyError,
-    Rule,
-    State,
-)
+from slateflow import Change, Policy, State
+from slateflow.errors import InvalidKeyError, PolicyViolation, ReadOnlyError
+from slateflow.state import SECRET_MASK, JsonlSink, Rule
 
 # -- helpers -------------------------------------------------------------------------------------
 

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import fingerprint, tagged
-from slateflow import (
+from slateflow import State
+from slateflow.errors import (
     InvalidKeyError,
     KeyExistsError,
     MissingKeyError,
     ReadOnlyError,
-    State,
     StateValueError,
 )
 

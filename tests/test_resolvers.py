@@ -22,28 +22,20 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import slateflow
+import slateflow.resolve
 from helpers import fingerprint
-from slateflow import (
-    Key,
-    LLMRequest,
-    LLMResponse,
-    ManualClock,
-    Mutation,
+from slateflow import Key, ManualClock, Resolver, Retry, SlateError, State
+from slateflow.errors import (
     PolicyViolation,
-    Resolver,
     ResolverDefinitionError,
     ResolverError,
     ResolverTimeoutError,
-    Retry,
     SchemaError,
-    SlateError,
-    State,
     StateValueError,
     TemplateError,
-    TextAgent,
-    Usage,
-    provenance,
 )
+from slateflow.resolve import LLMRequest, LLMResponse, TextAgent, Usage
+from slateflow.state import Mutation, provenance
 
 SAFETY = 10  # seconds of wall time: only a guard against a hung test, never waited for
 START = 1_767_225_600.0  # ManualClock's default start: 2026-01-01T00:00:00Z
@@ -191,7 +183,7 @@ def state() -> State:
 
 @pytest.mark.anyio
 async def test_call_writes_result_to_state(state: State) -> None:
-    out = await slateflow.call("verify", Echo("ok-123"), state)
+    out = await slateflow.resolve.call("verify", Echo("ok-123"), state)
     assert out == "ok-123"
     assert state.get("verify:result") == "ok-123"
     assert state.get("verify:status") == "done"
@@ -201,7 +193,7 @@ async def test_call_writes_result_to_state(state: State) -> None:
 @pytest.mark.anyio
 async def test_call_writes_error_to_state(state: State) -> None:
     with pytest.raises(ResolverError) as info:
-        await slateflow.call("verify", Boom(), state)
+        await slateflow.resolve.call("verify", Boom(), state)
     assert info.value.name == "verify"
     assert state.contains("verify:error")
     assert state.get("verify:error") == "kaboom"
@@ -312,7 +304,7 @@ async def test_provenance_names_the_source_kind_and_resolver(state: State, kind:
 @pytest.mark.asyncio
 async def test_call_and_fetch_under_pytest_asyncio() -> None:
     state = State()
-    assert await slateflow.call("verify", Echo("ok"), state) == "ok"
+    assert await slateflow.resolve.call("verify", Echo("ok"), state) == "ok"
     with pytest.raises(ResolverError):
         await Resolver.fetch("lookup", failing).resolve(state)
     assert state.pick("verify:result", "lookup:error", "lookup:status") == {
@@ -495,7 +487,7 @@ async def test_huge_error_message_is_cut(state: State) -> None:
 @pytest.mark.anyio
 async def test_call_shorthand_equals_agent_resolver(state: State) -> None:
     agent = Echo("hello")
-    assert await slateflow.call("greet", agent, state) == "hello"
+    assert await slateflow.resolve.call("greet", agent, state) == "hello"
     assert agent.calls == 1
     record = state.provenance("greet:result")
     assert record is not None
@@ -505,7 +497,7 @@ async def test_call_shorthand_equals_agent_resolver(state: State) -> None:
         return 5
 
     with pytest.raises(ResolverError) as info:
-        await slateflow.call("greet", not_text, state)
+        await slateflow.resolve.call("greet", not_text, state)
     assert "not str" in info.value.error
     assert "greet:result" not in state
 

@@ -18,17 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow import (
-    Flow,
-    ManualClock,
-    Resolver,
-    Session,
-    State,
-    Step,
-    is_true,
-    resolved,
-    run,
-)
+from slateflow import Flow, ManualClock, Resolver, Session, State, Step, is_true, resolved, run
 from slateflow.errors import RecoveryError
 from slateflow.stores import CommitRow, MemoryStore
 

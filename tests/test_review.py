@@ -13,14 +13,8 @@ import pytest
 from pydantic import AfterValidator
 
 from helpers import fingerprint
-from slateflow import (
-    Key,
-    ReadOnlyError,
-    SchemaError,
-    SlateError,
-    State,
-    VersionConflictError,
-)
+from slateflow import Key, SlateError, State
+from slateflow.errors import ReadOnlyError, SchemaError, VersionConflictError
 from slateflow.state.subscriptions import SubscriptionIndex
 
 WAIT = 5.0  # generous upper bound for Event waits; never reached when the code is right

@@ -10,13 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from helpers import committed_view
-from slateflow import (
-    InvalidKeyError,
-    Key,
-    SchemaError,
-    State,
-    Transaction,
-)
+from slateflow import Key, State
+from slateflow.errors import InvalidKeyError, SchemaError
+from slateflow.state import Transaction
 
 # -- helpers -------------------------------------------------------------------------------------
 

@@ -9,16 +9,8 @@ from typing import Any
 
 import pytest
 
-from slateflow import (
-    BackgroundResult,
-    Flow,
-    ManualClock,
-    Resolver,
-    Session,
-    State,
-    Step,
-    is_set,
-)
+from slateflow import Flow, ManualClock, Resolver, Session, State, Step, is_set
+from slateflow.resolve import BackgroundResult
 
 pytestmark = pytest.mark.anyio
 

@@ -18,26 +18,17 @@ import anyio.lowlevel
 import pytest
 
 from helpers import fingerprint
-from slateflow import (
-    BackgroundResult,
-    Change,
-    Dispatch,
+from slateflow import Change, ManualClock, Resolver, Retry, Scheduling, Session, State
+from slateflow.errors import (
     DispatchRejectedError,
-    ManualClock,
-    Resolver,
     ResolverCancelledError,
     ResolverDefinitionError,
     ResolverError,
     ResolverTimeoutError,
-    Retry,
-    Run,
-    Scheduling,
-    Session,
     SessionError,
-    State,
-    Watcher,
-    when,
 )
+from slateflow.resolve import BackgroundResult, Run, Watcher
+from slateflow.state import when
 
 START = 1_767_225_600.0  # ManualClock's default start: 2026-01-01T00:00:00Z
 
@@ -154,7 +145,7 @@ async def test_dispatch_returns_a_running_handle_and_wait_returns_the_value() ->
         run = session.dispatch(Resolver.fetch("lookup", probe))
         # Written before dispatch returns, before the source has even been called.
         assert isinstance(run, Run)
-        assert isinstance(run, Dispatch)
+        assert isinstance(run, Run)
         assert run.name == "lookup"
         assert run.status == "running"
         assert not run.done

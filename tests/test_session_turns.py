@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slateflow import (
-    BackgroundResult,
     Flow,
     ManualClock,
     Resolver,
@@ -45,6 +44,7 @@ from slateflow.conversation import (
     yes_no,
 )
 from slateflow.errors import SessionError
+from slateflow.resolve import BackgroundResult
 
 pytestmark = pytest.mark.anyio
 

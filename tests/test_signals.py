@@ -15,15 +15,9 @@ from typing import Any
 import pytest
 from blinker import Signal
 
-from slateflow import (
-    Change,
-    InvalidKeyError,
-    Key,
-    Provenance,
-    State,
-    Subscription,
-)
-from slateflow.errors import DeliveryChainError
+from slateflow import Change, Key, State
+from slateflow.errors import DeliveryChainError, InvalidKeyError
+from slateflow.state import Provenance, Subscription
 from slateflow.state.chains import MAX_CHAIN
 
 

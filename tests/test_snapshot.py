@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from slateflow import SECRET_MASK, SNAPSHOT_FORMAT, Provenance, SnapshotError, State
+from slateflow import State
+from slateflow.errors import SnapshotError
+from slateflow.state import SECRET_MASK, SNAPSHOT_FORMAT, Provenance
 
 T0 = 1_700_000_000.0
 

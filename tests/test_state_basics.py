@@ -9,18 +9,11 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 import slateflow
+import slateflow.state
 from helpers import run_threads
-from slateflow import (
-    SCOPES,
-    Change,
-    Entry,
-    KeyExistsError,
-    MissingKeyError,
-    Provenance,
-    ReadOnlyError,
-    State,
-    VersionConflictError,
-)
+from slateflow import Change, State
+from slateflow.errors import KeyExistsError, MissingKeyError, ReadOnlyError, VersionConflictError
+from slateflow.state import SCOPES, Entry, Provenance
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 T0_DT = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
@@ -258,8 +251,8 @@ def test_state_meta_read_returns_provenance_as_a_dict() -> None:
 
 def test_module_level_provenance_returns_the_source(state: State) -> None:
     state.set("k", 1, source="fetch")
-    assert slateflow.provenance(state, "k") == "fetch"
-    assert slateflow.provenance(state, "absent") is None
+    assert slateflow.state.provenance(state, "k") == "fetch"
+    assert slateflow.state.provenance(state, "absent") is None
 
 
 def test_provenance_meta_is_a_private_copy(state: State) -> None:
@@ -461,7 +454,7 @@ def test_rename_refuses_to_overwrite_unless_asked(state: State) -> None:
     assert state.pick("a", "b") == {"a": "from a", "b": "from b, v2"}
     assert state.rename("a", "b", overwrite=True) == 3
     assert state.pick("a", "b") == {"b": "from a"}
-    assert slateflow.provenance(state, "b") == "llm"
+    assert slateflow.state.provenance(state, "b") == "llm"
 
 
 def test_rename_of_a_missing_key_raises(state: State) -> None:
@@ -584,7 +577,7 @@ def test_scoped_view_reads_and_writes_its_prefix(state: State, scope: str) -> No
     assert not view.contains("other")
     assert view.keys() == ["name", "prefs:lang"]
     assert view.items() == [("name", "Ada"), ("prefs:lang", "en")]
-    assert slateflow.provenance(state, f"{scope}:name") == "llm"
+    assert slateflow.state.provenance(state, f"{scope}:name") == "llm"
     assert view.remove("name") == "Ada"
     assert f"{scope}:name" not in state
     assert view.remove("name", None) is None

@@ -21,9 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slateflow import KeyExistsError, MissingKeyError, State, StateValueError
+from slateflow import State
 from slateflow.errors import (
     HistoryError,
+    KeyExistsError,
+    MissingKeyError,
+    StateValueError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,

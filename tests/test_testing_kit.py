@@ -20,18 +20,12 @@ from hypothesis import strategies as st
 
 from helpers import tagged
 from slateflow import (
-    LLM,
-    BackgroundResult,
     Flow,
     FlowRunner,
-    LLMRequest,
-    LLMResponse,
     Resolver,
     Session,
     State,
     Step,
-    Usage,
-    Verdict,
     any_,
     called_ok,
     captured,
@@ -46,6 +40,8 @@ from slateflow import (
 )
 from slateflow import ManualClock as RootManualClock
 from slateflow.errors import FakeScriptError, ResolverError, SlateError
+from slateflow.flow import Verdict
+from slateflow.resolve import LLM, BackgroundResult, LLMRequest, LLMResponse, Usage
 from slateflow.testing import (
     ConversationScript,
     Fake,

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from helpers import THREADS, run_threads
-from slateflow import Change, MemorySink, State, VersionConflictError
+from slateflow import Change, State
+from slateflow.errors import VersionConflictError
+from slateflow.state import MemorySink
 
 
 def test_concurrent_modify_never_loses_an_increment() -> None:

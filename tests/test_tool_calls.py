@@ -14,18 +14,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from slateflow import (
-    Flow,
-    Session,
-    State,
-    Step,
-    ToolResult,
-    called_ok,
-    commit,
-    is_true,
-    once,
-)
+from slateflow import Flow, Session, State, Step, called_ok, commit, is_true, once
 from slateflow.errors import SessionError, ToolCallError
+from slateflow.resolve import ToolResult
 
 pytestmark = pytest.mark.anyio
 

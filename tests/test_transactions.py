@@ -13,21 +13,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import committed_view
-from slateflow import (
-    Change,
+from slateflow import Change, Key, State
+from slateflow.errors import (
     InvalidKeyError,
-    Key,
     KeyExistsError,
     MissingKeyError,
     PolicyViolation,
     ReadOnlyError,
     SchemaError,
-    State,
     StateValueError,
-    Transaction,
     TransactionError,
     VersionConflictError,
 )
+from slateflow.state import Transaction
 
 # -- helpers -------------------------------------------------------------------------------------
 

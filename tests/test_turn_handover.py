@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from slateflow import (
-    BackgroundResult,
     Digression,
     Flow,
     FlowStack,
@@ -28,6 +27,7 @@ from slateflow import (
 )
 from slateflow.conversation import Extract, integer_near, one_of, true_only, yes_no
 from slateflow.errors import SessionError, WaitTimeoutError
+from slateflow.resolve import BackgroundResult
 from slateflow.testing import fake_fetch
 
 pytestmark = pytest.mark.anyio
@@ -173,7 +173,7 @@ async def test_told_is_cleared_when_the_step_is_entered_again() -> None:
 
 
 async def test_told_round_trips_as_json_and_explains_itself() -> None:
-    from slateflow import Guard
+    from slateflow.flow import Guard
 
     guard = told("confirm", "booking")
     assert Guard.from_json(guard.to_json()) == guard

@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slateflow import (
-    BackgroundResult,
     Flow,
     ManualClock,
     Resolver,
@@ -34,7 +33,6 @@ from slateflow import (
     Session,
     State,
     Step,
-    Verdict,
     VoiceTiming,
     called_ok,
     captured,
@@ -59,6 +57,8 @@ from slateflow.conversation import (
     true_only,
     yes_no,
 )
+from slateflow.flow import Verdict
+from slateflow.resolve import BackgroundResult
 from slateflow.resolve.clock import settle
 from slateflow.testing import fake_fetch
 

@@ -13,7 +13,8 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
-from slateflow import Change, Key, SlateError, State, WaitTimeoutError
+from slateflow import Change, Key, SlateError, State
+from slateflow.errors import WaitTimeoutError
 
 SAFETY = 10  # seconds: only a guard against a hung test, never what a test waits for
 

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slateflow import Change, Key, State, Subscription, Trigger, when
+from slateflow import Change, Key, State
+from slateflow.state import Subscription, when
+from slateflow.state import Transition as Trigger
 
 
 class Actions:

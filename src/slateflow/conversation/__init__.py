@@ -6,11 +6,13 @@ Digressions, repair and voice timing are part of a flow's definition; they are r
 with the rest of what a voice or chat agent needs.
 """
 
+from typing import Any
+
 from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
 from ..resolve import Turn, TurnContext
 from .extract import Extract, ExtractionResult, Extractor, Field, Trigger, TurnExtractor
 from .llm_extract import LLMExtractor
-from .promotion import Decision, Rule, keep_known, non_empty, overwrite, true_only
+from .promotion import Decision, Promotion, keep_known, non_empty, overwrite, true_only
 from .recognizers import (
     Recognition,
     Recognizer,
@@ -53,11 +55,11 @@ __all__ = [
     "Field",
     "FlowStack",
     "LLMExtractor",
+    "Promotion",
     "Recognition",
     "Recognizer",
     "Redactor",
     "RepairPolicy",
-    "Rule",
     "StackRunner",
     "Trigger",
     "Turn",
@@ -80,3 +82,15 @@ __all__ = [
     "true_only",
     "yes_no",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Rule":
+        from ..deprecation import moved
+
+        return moved(
+            "slateflow.conversation",
+            name,
+            {name: ("slateflow.conversation.Promotion", lambda: Promotion)},
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

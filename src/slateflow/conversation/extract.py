@@ -19,7 +19,7 @@ from ..flow.steps import OnEnter, RunMode, run
 from ..resolve import Deliver, Resolver, Scheduling
 from ..state import State
 from ..state.keys import check_key
-from .promotion import Decision, Rule, keep_known
+from .promotion import Decision, Promotion, keep_known
 from .recognizers import Recognizer
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class Field:
     name: str
     key: str
     recognizer: Recognizer | None
-    rule: Rule
+    rule: Promotion
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,13 +259,13 @@ class Extract:
         self._completion: OnEnter | None = None
         self._max_history = DEFAULT_MAX_HISTORY
 
-    def field(self, name: str, recognizer: Recognizer, rule: Rule | None = None) -> Extract:
+    def field(self, name: str, recognizer: Recognizer, rule: Promotion | None = None) -> Extract:
         """Recognise field ``name`` with ``recognizer``; it is written to ``{extractor}:{name}``
         (or where ``rule.to(key)`` says) under ``rule`` (default :func:`keep_known`)."""
         return self.field_to(name, f"{self.name}:{name}", recognizer, rule)
 
     def field_to(
-        self, name: str, key: str, recognizer: Recognizer, rule: Rule | None = None
+        self, name: str, key: str, recognizer: Recognizer, rule: Promotion | None = None
     ) -> Extract:
         """Like :meth:`field`, written to ``key``."""
         where = f"extractor {self.name!r} field {name!r}"
@@ -341,7 +341,7 @@ def make_field(
     name: str,
     key: str,
     recognizer: Recognizer | None,
-    rule: Rule | None,
+    rule: Promotion | None,
 ) -> Field:
     """A checked :class:`Field` (for extractor builders)."""
     where = f"extractor {extractor!r} field {name!r}"
@@ -350,7 +350,7 @@ def make_field(
     if name in known:
         raise ExtractDefinitionError(f"{where}: defined twice")
     rule = rule if rule is not None else keep_known()
-    if not isinstance(rule, Rule):
+    if not isinstance(rule, Promotion):
         raise ExtractDefinitionError(f"{where}: expected a promotion rule, got {rule!r}")
     try:
         target = check_key(rule.target or key)

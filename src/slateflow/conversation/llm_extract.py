@@ -32,7 +32,7 @@ from .extract import (
     make_check,
     make_field,
 )
-from .promotion import Rule
+from .promotion import Promotion
 
 __all__ = ["LLMExtractor"]
 
@@ -178,7 +178,7 @@ class LLMExtractor(TurnExtractor):
         llm: LLM,
         model: type[BaseModel],
         *,
-        rules: Mapping[str, Rule] | None = None,
+        rules: Mapping[str, Promotion] | None = None,
         keys: Mapping[str, str] | None = None,
         window: int = 1,
         triggers: Iterable[Trigger] = (Trigger.every_turn(),),

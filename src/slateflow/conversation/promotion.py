@@ -17,7 +17,7 @@ from ..flow.guards import Guard
 if TYPE_CHECKING:
     from ..state import State
 
-__all__ = ["Decision", "Rule", "keep_known", "non_empty", "overwrite", "true_only"]
+__all__ = ["Decision", "Promotion", "keep_known", "non_empty", "overwrite", "true_only"]
 
 _MISSING: Any = object()
 
@@ -35,7 +35,7 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class Promotion:
     """A promotion rule; build one with :func:`keep_known`, :func:`overwrite`, ... ."""
 
     kind: str
@@ -43,11 +43,13 @@ class Rule:
     accept: Callable[[Any, State], bool] | None = None
     accept_text: str = ""
 
-    def to(self, key: str) -> Rule:
+    def to(self, key: str) -> Promotion:
         """The same rule, writing to ``key`` instead of the field's own key."""
         return replace(self, target=key)
 
-    def accept_when(self, pred: Callable[[Any, State], Any] | Guard, describe: str = "") -> Rule:
+    def accept_when(
+        self, pred: Callable[[Any, State], Any] | Guard, describe: str = ""
+    ) -> Promotion:
         """The same rule, writing only when ``pred(value, state)`` holds as well; ``pred`` may
         be a guard (``told("confirm")``), which must hold over the State."""
         if isinstance(pred, Guard):
@@ -84,22 +86,34 @@ class Rule:
         return True, f"{self.kind}: {verb}"
 
 
-def keep_known() -> Rule:
+def keep_known() -> Promotion:
     """Write only when the key is not known yet (the default: a later mishearing cannot undo
     what the caller said first)."""
-    return Rule("keep_known")
+    return Promotion("keep_known")
 
 
-def overwrite() -> Rule:
+def overwrite() -> Promotion:
     """Write whenever the value differs (the caller corrects themselves: "make it five")."""
-    return Rule("overwrite")
+    return Promotion("overwrite")
 
 
-def true_only() -> Rule:
+def true_only() -> Promotion:
     """Write only ``True`` (a confirmation flag that a later "no" must not clear)."""
-    return Rule("true_only")
+    return Promotion("true_only")
 
 
-def non_empty() -> Rule:
+def non_empty() -> Promotion:
     """Write only a value that is not empty (no ``None``, ``""``, ``[]`` or ``{}``)."""
-    return Rule("non_empty")
+    return Promotion("non_empty")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Rule":
+        from ..deprecation import moved
+
+        return moved(
+            "slateflow.conversation.promotion",
+            name,
+            {name: ("slateflow.conversation.promotion.Promotion", lambda: Promotion)},
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -256,7 +256,13 @@ class Dialog:
         flagged = ""
         once = False
         for governor in self._live():
-            admission: Admitted = governor.admit(tool, record=record)
+            admit: Callable[..., Admitted] | None = getattr(governor, "admit", None)
+            if admit is None:  # a governor written before admit(): its refusal decides
+                reason = governor.refusal(tool)  # type: ignore[attr-defined]
+                if reason is not None:
+                    return ToolClaim(tool, False, reason, once=once)
+                continue
+            admission = admit(tool, record=record)
             once = once or admission.once
             if not admission.allowed:
                 return ToolClaim(tool, False, admission.reason, once=once)

@@ -90,10 +90,12 @@ class Governor(Protocol):
     counted it; ``told_marker`` captures the steps speaking now, to record them as told when
     the context carrying their postures is handed to the model.
 
-    ``admit(tool)`` is the one way to ask whether a tool may run: an :class:`Admitted` with
-    the reason, recording a violation in observe mode unless ``record=False`` (a question, not
-    a call), and ``once`` when the tool may succeed only once (``once``, ``commit``), so
-    concurrent calls of it are held one at a time.
+    ``admit(tool, *, record=True)`` is the one way to ask whether a tool may run: an
+    :class:`Admitted` with the reason, recording a violation in observe mode unless
+    ``record=False`` (a question, not a call), and ``once`` when the tool may succeed only once
+    (``once``, ``commit``), so concurrent calls of it are held one at a time. A governor
+    written before it may offer ``refusal(tool)`` (the reason, or None) instead, for one more
+    release.
     """
 
     def begin_turn(self) -> None: ...
@@ -105,7 +107,6 @@ class Governor(Protocol):
     def reprompts(self) -> list[str]: ...
     def unmet_requirements(self) -> list[str]: ...
     def known_tools(self) -> list[str]: ...
-    def admit(self, tool: str, *, record: bool = True) -> Admitted: ...
     def voice_timing(self) -> Any: ...
     def told_marker(self) -> TellMarker | None: ...
 

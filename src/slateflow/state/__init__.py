@@ -1,5 +1,7 @@
 """The ``state`` layer: the governed blackboard every other layer reads and writes."""
 
+from typing import Any
+
 from . import when
 from .actors import Actor
 from .journal import JournalSink, JsonlSink, MemorySink
@@ -11,7 +13,7 @@ from .scopes import SCOPES, ReadOnlyView, ScopedView
 from .store import SNAPSHOT_FORMAT, State, provenance
 from .subscriptions import Subscription
 from .transaction import Transaction
-from .when import Trigger
+from .when import Transition
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -35,10 +37,20 @@ __all__ = [
     "State",
     "Subscription",
     "Transaction",
-    "Trigger",
+    "Transition",
     "error_key",
     "provenance",
     "result_key",
     "status_key",
     "when",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Trigger":
+        from ..deprecation import moved
+
+        return moved(
+            "slateflow.state", name, {name: ("slateflow.state.Transition", lambda: Transition)}
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ from .snapshots import SNAPSHOT_FORMAT
 from .subscriptions import Callback, Subscription
 from .transaction import Transaction
 from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json
-from .when import Trigger
+from .when import Transition
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
 
@@ -494,7 +494,7 @@ class State(Governance, Persistence, Scopes):
     def watch(
         self,
         key: str | Key[Any],
-        when: Trigger | Callable[[Any, Any], bool],
+        when: Transition | Callable[[Any, Any], bool],
         action: Callable[[Change], Any],
     ) -> Subscription:
         """Call ``action(change)`` whenever a change to ``key`` satisfies ``when(old, new)``.

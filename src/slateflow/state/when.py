@@ -12,7 +12,7 @@ from typing import Any
 from .values import same
 
 __all__ = [
-    "Trigger",
+    "Transition",
     "became_false",
     "became_true",
     "changed",
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-class Trigger:
+class Transition:
     """A named predicate over ``(old, new)``; call it to test a change."""
 
     __slots__ = ("_fn", "description")
@@ -44,53 +44,65 @@ def _number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
-def changed() -> Trigger:
+def changed() -> Transition:
     """Any committed change (every write that changes the value, and removal)."""
-    return Trigger(lambda old, new: True, "changed()")
+    return Transition(lambda old, new: True, "changed()")
 
 
-def changed_to(value: Any) -> Trigger:
+def changed_to(value: Any) -> Transition:
     """The value became ``value`` (and was something else before)."""
-    return Trigger(
+    return Transition(
         lambda old, new: same(new, value) and not same(old, value), f"changed_to({value!r})"
     )
 
 
-def changed_from(value: Any) -> Trigger:
+def changed_from(value: Any) -> Transition:
     """The value was ``value`` and is now something else."""
-    return Trigger(
+    return Transition(
         lambda old, new: same(old, value) and not same(new, value), f"changed_from({value!r})"
     )
 
 
-def crossed_above(threshold: float) -> Trigger:
+def crossed_above(threshold: float) -> Transition:
     """A number went from ``<= threshold`` (or absent) to ``> threshold``."""
 
     def test(old: Any, new: Any) -> bool:
         return _number(new) and new > threshold and not (_number(old) and old > threshold)
 
-    return Trigger(test, f"crossed_above({threshold!r})")
+    return Transition(test, f"crossed_above({threshold!r})")
 
 
-def crossed_below(threshold: float) -> Trigger:
+def crossed_below(threshold: float) -> Transition:
     """A number went from ``>= threshold`` (or absent) to ``< threshold``."""
 
     def test(old: Any, new: Any) -> bool:
         return _number(new) and new < threshold and not (_number(old) and old < threshold)
 
-    return Trigger(test, f"crossed_below({threshold!r})")
+    return Transition(test, f"crossed_below({threshold!r})")
 
 
-def became_true() -> Trigger:
+def became_true() -> Transition:
     """The value went from falsy (or absent) to truthy."""
-    return Trigger(lambda old, new: not old and bool(new), "became_true()")
+    return Transition(lambda old, new: not old and bool(new), "became_true()")
 
 
-def became_false() -> Trigger:
+def became_false() -> Transition:
     """The value went from truthy to falsy (removal counts as falsy)."""
-    return Trigger(lambda old, new: bool(old) and not new, "became_false()")
+    return Transition(lambda old, new: bool(old) and not new, "became_false()")
 
 
-def custom(fn: Callable[[Any, Any], bool], description: str | None = None) -> Trigger:
+def custom(fn: Callable[[Any, Any], bool], description: str | None = None) -> Transition:
     """Your own predicate over ``(old, new)``."""
-    return Trigger(fn, description or f"custom({getattr(fn, '__name__', 'fn')})")
+    return Transition(fn, description or f"custom({getattr(fn, '__name__', 'fn')})")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Trigger":
+        from ..deprecation import moved
+
+        return moved(
+            "slateflow.state.when",
+            name,
+            {name: ("slateflow.state.when.Transition", lambda: Transition)},
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

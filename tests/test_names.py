@@ -1,0 +1,136 @@
+"""Names: the top-level namespace holds what an app writes, one meaning per word, and every name
+that moved or was renamed still works for one release with a warning naming the new one."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+import pytest
+
+import slateflow
+from slateflow import Flow, FlowRunner, State, Step, is_true, once
+from slateflow.flow import Digression, FlowStack
+
+MOVED = sorted(slateflow._MOVED)
+
+
+def test_the_top_level_holds_at_most_50_names_and_each_imports_without_warning() -> None:
+    assert len(slateflow.__all__) <= 50
+    assert len(set(slateflow.__all__)) == len(slateflow.__all__)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in slateflow.__all__:
+            assert getattr(slateflow, name) is not None
+        exec("from slateflow import *", {})
+
+
+@pytest.mark.parametrize("name", MOVED)
+def test_a_moved_name_still_imports_with_a_warning_naming_its_new_address(name: str) -> None:
+    module, new = slateflow._MOVED[name]
+    with pytest.warns(
+        DeprecationWarning, match=rf"slateflow\.{name} is deprecated.*slateflow\.{module}\.{new}"
+    ):
+        old = getattr(slateflow, name)
+    assert old is getattr(importlib.import_module(f"slateflow.{module}"), new)
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        slateflow.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("slateflow.state", "Trigger", "Transition"),
+        ("slateflow.state.when", "Trigger", "Transition"),
+        ("slateflow.conversation", "Rule", "Promotion"),
+        ("slateflow.conversation.promotion", "Rule", "Promotion"),
+    ],
+)
+def test_a_renamed_class_keeps_its_old_name_for_a_release(module: str, old: str, new: str) -> None:
+    mod = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=new):
+        assert getattr(mod, old) is getattr(mod, new)
+
+
+def runner() -> FlowRunner:
+    flow = Flow(
+        "pay",
+        [
+            Step("ask", done=is_true("asked"), allow=["lookup"]),
+            Step("end", after=["ask"], terminal=True),
+        ],
+        constraints=[once("charge")],
+    )
+    return FlowRunner(flow, State())
+
+
+@pytest.mark.parametrize(
+    ("call", "new", "expected"),
+    [
+        (lambda r: r.refusal("charge"), "admit", "not part of the current step"),
+        (lambda r: r.why_blocked("charge"), "admit", "not part of the current step"),
+        (lambda r: r.single("charge"), r"admit\(tool\)\.once", True),
+        (lambda r: r.constraint_refusal("charge"), "constraint_refusal", None),
+        (lambda r: r.suspended, "paused", False),
+    ],
+)
+def test_a_deprecated_runner_method_warns_and_answers_as_before(
+    call: Any, new: str, expected: Any
+) -> None:
+    with runner() as r, pytest.warns(DeprecationWarning, match=new):
+        got = call(r)
+    if isinstance(expected, str):
+        assert expected in got
+    else:
+        assert got == expected
+
+
+def test_suspend_and_resume_are_pause_and_unpause() -> None:
+    with runner() as r:
+        with pytest.warns(DeprecationWarning, match=r"pause\(\)"):
+            r.suspend()
+        assert r.paused
+        r.state.set("asked", True)
+        assert r.active_steps == ["ask"]  # paused: the change waits
+        with pytest.warns(DeprecationWarning, match=r"unpause\(\)"):
+            r.resume()
+        assert not r.paused
+        assert r.is_complete
+
+
+def test_admit_is_the_one_question_with_its_reason() -> None:
+    with runner() as r:
+        refused = r.admit("charge", record=False)
+        assert not refused
+        assert "not part of the current step" in refused.reason
+        assert refused.once
+        assert r.admit("lookup", record=False).allowed
+        assert not r.admit("lookup").once
+
+
+def test_observe_mode_records_a_breach_only_when_asked_to() -> None:
+    flow = Flow("pay", [Step("ask", done=is_true("asked"), allow=["lookup"])])
+    with FlowRunner(flow, State(), enforcement="observe") as r:
+        question = r.admit("charge", record=False)
+        assert question.allowed
+        assert question.violation
+        assert r.violations == []
+        r.admit("charge")
+        assert len(r.violations) == 1
+
+
+def test_a_stack_answers_the_same_one_question() -> None:
+    main = Flow("main", [Step("a", done=is_true("a"), allow=["lookup"])], constraints=[once("pay")])
+    faq = Flow("faq", [Step("answer", terminal=True)])
+    from slateflow.flow import StackRunner
+
+    with StackRunner(FlowStack(main, [Digression("faq", is_true("ask"), faq)]), State()) as stack:
+        assert stack.admit("lookup")
+        assert not stack.admit("pay", record=False)
+        assert stack.admit("pay", record=False).once
+        with pytest.warns(DeprecationWarning, match="admit"):
+            assert stack.why_blocked("pay") is not None
