@@ -31,7 +31,7 @@ from ..state.chains import fresh_chain
 from ..state.keys import key_name
 from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
-from ..state.when import Trigger
+from ..state.when import Transition
 from .background import (
     AckFormatter,
     BackgroundResult,
@@ -1026,7 +1026,7 @@ class Session:
     def watch(
         self,
         key: str | Key[Any],
-        when: Trigger | Callable[[Any, Any], bool],
+        when: Transition | Callable[[Any, Any], bool],
         action: Callable[[Change], Any],
         *,
         blocking: bool = False,

@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..state import Change
 from ..state.chains import depth as chain_depth
 from ..state.chains import in_chain
-from ..state.when import Trigger
+from ..state.when import Transition
 
 if TYPE_CHECKING:
     from .session import Session
@@ -30,7 +30,7 @@ class Watcher:
         self,
         session: Session,
         key: str,
-        when: Trigger | Callable[[Any, Any], bool],
+        when: Transition | Callable[[Any, Any], bool],
         action: Callable[[Change], Any],
         blocking: bool,
     ) -> None:
