@@ -2,12 +2,12 @@
 
 Run: ``python bench/turn_bench.py`` (add ``--quick`` for a fast smoke run, as CI does).
 
-- ``session.user_turn(text)`` with no extractor and no flow: the floor (redaction, the
+- ``session.conversation.user_turn(text)`` with no extractor and no flow: the floor (redaction, the
   transcript, the turn keys, clearing them, an empty context).
 - The same with a recognizer extractor of three fields and a 6-step flow with postures, grounds,
   a repair policy and voice timing: what a voice loop pays per turn between the caller stopping
   and the model's context being ready.
-- ``session.context_now()`` on that flow (what a loop pays to ask between turns).
+- ``session.conversation.context_now()`` on that flow (what a loop pays to ask between turns).
 - Redaction alone on a 20-word turn with a card number.
 
 The issue sets no target for turns; a voice loop's budget between end of speech and the model
@@ -58,7 +58,7 @@ async def bench_turns(loaded: bool, turns: int) -> float:
     async with Session(State(), clock=clock) as session:
         if loaded:
             when = datetime(clock)
-            session.add_extractor(
+            session.conversation.add_extractor(
                 Extract("b")
                 .field("date", when.pick("weekday"))
                 .field("size", integer_near(["people"]))
@@ -66,11 +66,11 @@ async def bench_turns(loaded: bool, turns: int) -> float:
                 .build()
             )
             session.run_flow(plan())
-        await session.user_turn(TEXT)  # warm up
+        await session.conversation.user_turn(TEXT)  # warm up
         samples = []
         for _ in range(turns):
             start = time.perf_counter()
-            await session.user_turn(TEXT)
+            await session.conversation.user_turn(TEXT)
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 
@@ -81,7 +81,7 @@ async def bench_context_now(calls: int) -> float:
         samples = []
         for _ in range(calls):
             start = time.perf_counter()
-            session.context_now()
+            session.conversation.context_now()
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 

@@ -1,10 +1,11 @@
 """A whole voice call, turn by turn: ``python examples/voice_call.py`` (``--trio`` for trio).
 
 What a voice loop (pipecat, LiveKit, a Gemini Live or OpenAI Realtime loop) does with
-slateflow: each time the caller finishes speaking it calls ``await session.user_turn(text)``
-and puts ``context.prompt`` in front of the model (building the next context counts this one
-as handed over); it asks ``session.refusal(tool)`` before a tool runs and reports ``await
-session.tool_ok(tool)`` after; it tells the session when the caller talks over the agent
+slateflow, through the session's :class:`~slateflow.conversation.Call`: each time the caller
+finishes speaking it calls ``await call.user_turn(text)`` and puts ``context.prompt`` in front
+of the model (building the next context counts this one as handed over); it asks
+``call.admit(tool)`` before a tool runs and reports ``await call.tool_ok(tool)`` after; it tells
+the call when the caller talks over the agent
 (``begin_interruption`` / ``end_interruption``), and speaks what ``on_delivery`` hands it. It
 reads ``session:voice_timing`` for the pacing.
 
@@ -177,27 +178,27 @@ async def call(clock: ManualClock, lines: list[str], say: Any) -> tuple[State, S
 
     async with Session(state, clock=clock, tools=TOOLS, on_delivery=speak_now) as session:
         for extractor in extractors(clock):
-            session.add_extractor(extractor)
+            session.conversation.add_extractor(extractor)
         stack = session.run_flow(FlowStack(booking_flow(), side_flows()))
         for line in lines:
             if line == "<interrupt>":
                 say("  (the caller talks over the agent)")
-                session.begin_interruption()
+                session.conversation.begin_interruption()
                 await clock.advance(1.0)
                 say(f"    flow moved on meanwhile: active {stack.active_steps}")
-                session.end_interruption()  # their words come next, as a turn
+                session.conversation.end_interruption()  # their words come next, as a turn
                 continue
             if line.startswith("<tool "):
                 tool = line[6:-1]
-                refusal = session.refusal(tool)
-                if refusal is None:
+                admission = session.conversation.admit(tool)
+                if admission:
                     say(f"  model calls {tool}: it runs")
-                    await session.tool_ok(tool)
+                    await session.conversation.tool_ok(tool)
                 else:
-                    say(f"  model calls {tool}: refused: {refusal}")
+                    say(f"  model calls {tool}: refused: {admission.reason}")
                 continue
             say(f'caller: "{line}"')
-            context = await session.user_turn(line)
+            context = await session.conversation.user_turn(line)
             if context.turn.text != line:
                 say(f'    transcript: "{context.turn.text}"')
             if stack.overlay:

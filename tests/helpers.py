@@ -64,3 +64,10 @@ def run_threads(target: Callable[[int], Any], n: int = THREADS) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+def refusal(session: Any, tool: str) -> str | None:
+    """Why the session's flows refuse ``tool`` now (None when they admit it, as observe mode
+    always does): ``call.admit(tool, record=False)`` read as a refusal."""
+    claim = session.conversation.admit(tool, record=False)
+    return None if claim.allowed else str(claim.reason)

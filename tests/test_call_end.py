@@ -45,14 +45,14 @@ def stack() -> FlowStack:
 async def terminated(session: Session, **options: Any) -> Any:
     runner = session.run_flow(stack(), **options)
     session.state.set("turn:cancel", True)
-    ctx = await session.user_turn("cancel it")
+    ctx = await session.conversation.user_turn("cancel it")
     return runner, ctx
 
 
 async def test_after_termination_explain_shows_no_active_step_and_every_tool_refused() -> None:
     async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
         runner, _ = await terminated(session)
-        await session.user_turn("bye")
+        await session.conversation.user_turn("bye")
         why = runner.explain()
         assert why.terminated == "cancel"
         assert why.active == ()
@@ -103,11 +103,11 @@ async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> 
         state.update({"b:size": 2, "b:booked": True})
         assert runner.is_complete
         assert not runner.is_over
-        closing = session.context_now()
+        closing = session.conversation.context_now()
         assert closing.postures == ("Thank them and say goodbye.",)
         closing.dropped()  # the caller talked over it: not over yet
         assert not runner.is_over
-        session.context_now().handed_over()
+        session.conversation.context_now().handed_over()
         assert runner.is_over
         assert state.get("flow:booking:over") is True
 
@@ -117,9 +117,9 @@ async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(stack())
         state.update({"b:size": 2, "b:booked": True})
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         assert runner.is_complete
         assert not runner.is_over
-        await session.user_turn("bye")  # the last context was used
+        await session.conversation.user_turn("bye")  # the last context was used
         assert runner.is_over
         assert state.get(OVER_KEY) is True

@@ -1,5 +1,5 @@
 """FlowStack digressions, repair policies and voice timing, driven turn by turn through a
-Session (``session.user_turn``), as a voice loop drives them."""
+Session (``session.conversation.user_turn``), as a voice loop drives them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from helpers import refusal
 from slateflow import (
     Digression,
     Flow,
@@ -78,7 +79,7 @@ async def test_a_digression_suspends_the_main_flow_and_resumes_it_where_it_was()
         assert state.get("flow:overlay") is None
         assert state.get("flow:terminated") is False
         state.set("ask:faq", True)
-        ctx = await session.user_turn("what are your hours?")
+        ctx = await session.conversation.user_turn("what are your hours?")
         assert runner.overlay == "faq"
         assert state.get("flow:overlay") == "faq"
         assert ctx.postures == ("Answer the question.",)
@@ -87,10 +88,10 @@ async def test_a_digression_suspends_the_main_flow_and_resumes_it_where_it_was()
         assert runner.main.active_steps == ["a"]
         assert runner.main.done_steps == []
         state.update({"faq:answered": True, "ask:faq": False})
-        ctx = await session.user_turn("thanks")
+        ctx = await session.conversation.user_turn("thanks")
         assert runner.overlay == "faq"  # its closing turn: its last words are said
         assert ctx.postures == ("Offer to go back.",)
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert runner.overlay is None
         assert state.get("flow:overlay") is None
         assert runner.main.done_steps == ["a"]  # caught up on "a" when it resumed
@@ -116,12 +117,12 @@ async def test_restart_starts_the_main_flow_over_keeping_the_state(known: bool) 
         assert calls == [1]
         if known:
             state.set("a", True)
-            await session.user_turn("a done")
+            await session.conversation.user_turn("a done")
             assert runner.main.active_steps == ["b"]
         state.set("ask:again", True)
-        await session.user_turn("start over")
+        await session.conversation.user_turn("start over")
         state.set("ask:again", False)
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert runner.history[-1] == (3 if known else 2, "again", "restarted")
         await session.wait_idle()
         if known:
@@ -144,7 +145,7 @@ async def test_terminate_ends_the_conversation_and_refuses_every_tool() -> None:
     async with Session(state, clock=ManualClock(), tools=["pay", "transfer"]) as session:
         runner = session.run_flow(stack(cancel))
         state.set("ask:cancel", True)
-        ctx = await session.user_turn("cancel it")
+        ctx = await session.conversation.user_turn("cancel it")
         reason = "The conversation has ended: digression 'cancel' terminated it."
         assert ctx.postures == ("Say goodbye.",)  # the closing words are still said
         assert state.get("flow:terminated") is True
@@ -152,11 +153,11 @@ async def test_terminate_ends_the_conversation_and_refuses_every_tool() -> None:
         assert runner.is_complete
         assert ctx.tools == ()
         assert ctx.refused == {"pay": reason, "transfer": reason}
-        assert session.refusal("transfer") == reason
+        assert refusal(session, "transfer") == reason
         admission = runner.admit("transfer")
         assert not admission.allowed
         assert admission.reason == reason
-        ctx = await session.user_turn("bye")
+        ctx = await session.conversation.user_turn("bye")
         assert ctx.postures == ()
         assert ctx.unmet == ()
         assert runner.active_steps == []
@@ -171,7 +172,7 @@ async def test_terminate_in_observe_mode_admits_with_a_violation() -> None:
     async with Session(state) as session:
         runner = session.run_flow(stack(cancel), enforcement=Enforcement.OBSERVE)
         state.set("stop", True)
-        await session.user_turn("stop")
+        await session.conversation.user_turn("stop")
         admission = runner.admit("pay")
         assert admission.allowed
         assert admission.violation
@@ -183,15 +184,15 @@ async def test_the_main_flow_s_constraints_bind_during_a_digression() -> None:
     async with Session(state, tools=["pay"]) as session:
         runner = session.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
         state.set("ask:faq", True)
-        ctx = await session.user_turn("question")
+        ctx = await session.conversation.user_turn("question")
         assert runner.overlay == "faq"
         assert "pay" in ctx.refused  # commit("pay", until=b) holds in the digression too
         assert "'b' must be true" in ctx.refused["pay"]
         state.set("b", True)
-        assert session.refusal("pay") is None
-        await session.tool_ok("pay")  # during the digression ...
+        assert refusal(session, "pay") is None
+        await session.conversation.tool_ok("pay")  # during the digression ...
         assert runner.main.marking.tools_ok == {"pay": 1}  # ... counted for the main flow
-        assert "may run only once" in (session.refusal("pay") or "")
+        assert "may run only once" in (refusal(session, "pay") or "")
 
 
 async def test_one_level_deep_and_the_first_trigger_wins() -> None:
@@ -201,9 +202,9 @@ async def test_one_level_deep_and_the_first_trigger_wins() -> None:
     async with Session(state) as session:
         runner = session.run_flow(stack(first, second))
         state.set("x", True)
-        await session.user_turn("x")
+        await session.conversation.user_turn("x")
         assert runner.overlay == "first"
-        await session.user_turn("again")  # "second" also holds, but one level deep
+        await session.conversation.user_turn("again")  # "second" also holds, but one level deep
         assert runner.overlay == "first"
         assert [h[1] for h in runner.history] == ["first"]
 
@@ -214,15 +215,15 @@ async def test_a_digression_complete_on_entry_is_spoken_then_left() -> None:
     async with Session(state) as session:
         runner = session.run_flow(stack(quick))
         state.set("turn:hours", True)
-        ctx = await session.user_turn("when do you open?")
+        ctx = await session.conversation.user_turn("when do you open?")
         assert ctx.postures == ("We open at 9.",)
         assert not state.contains("turn:hours")  # a turn key: gone after the turn
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert runner.overlay is None
         assert ctx.postures == ("Do A.",)
         # Entered again later in the same call: a fresh runner for it.
         state.set("turn:hours", True)
-        ctx = await session.user_turn("sorry, when?")
+        ctx = await session.conversation.user_turn("sorry, when?")
         assert ctx.postures == ("We open at 9.",)
         assert [h[2] for h in runner.history] == ["entered", "resumed", "entered"]
 
@@ -279,14 +280,14 @@ async def test_reprompt_then_escalate_to_a_step() -> None:
             stuck_flow(reprompt_after=2, escalate_after=3, escalate_to="handoff", flag="human")
         )
         assert runner.active_steps == ["ask"]  # the target is not active before escalation
-        ctx = await session.user_turn("uh")
+        ctx = await session.conversation.user_turn("uh")
         assert ctx.reprompts == ()
         assert not state.get("repair:ask:reprompt", False)
-        ctx = await session.user_turn("what")
+        ctx = await session.conversation.user_turn("what")
         assert ctx.reprompts == ("Ask again, shorter.",)
         assert state.get("repair:ask:reprompt") is True
         assert state.get("repair:ask:escalate", False) is False
-        ctx = await session.user_turn("dunno")
+        ctx = await session.conversation.user_turn("dunno")
         assert state.get("repair:ask:escalate") is True
         assert state.get("human") is True
         assert runner.done_steps == ["ask", "handoff"]  # "next" was not entered
@@ -300,15 +301,15 @@ async def test_answering_in_time_clears_the_reprompt_and_never_escalates() -> No
         runner = session.run_flow(
             stuck_flow(reprompt_after=1, escalate_after=3, escalate_to="handoff")
         )
-        ctx = await session.user_turn("uh")
+        ctx = await session.conversation.user_turn("uh")
         assert ctx.reprompts == ("Ask again, shorter.",)
         state.set("size", 4)
-        ctx = await session.user_turn("four")
+        ctx = await session.conversation.user_turn("four")
         assert runner.done_steps == ["ask", "next"]
         assert state.get("repair:ask:reprompt") is False
         assert state.get("repair:ask:escalate", False) is False
         for _ in range(5):
-            await session.user_turn("more")
+            await session.conversation.user_turn("more")
         assert runner.done_steps == ["ask", "next"]
 
 
@@ -316,11 +317,11 @@ async def test_tool_calls_do_not_count_as_turns() -> None:
     state = State()
     async with Session(state) as session:
         session.run_flow(stuck_flow(reprompt_after=2, escalate_after=2))
-        await session.user_turn("uh")
+        await session.conversation.user_turn("uh")
         for _ in range(5):
-            await session.tool_ok("lookup")
+            await session.conversation.tool_ok("lookup")
         assert not state.get("repair:ask:reprompt", False)
-        await session.user_turn("hm")
+        await session.conversation.user_turn("hm")
         assert state.get("repair:ask:reprompt") is True
         assert state.get("repair:ask:escalate") is True
 
@@ -329,7 +330,7 @@ async def test_default_reprompt_text() -> None:
     flow = Flow("d", [Step("q", done=is_set("x"), repair=RepairPolicy(reprompt_after=1))])
     async with Session(State()) as session:
         session.run_flow(flow)
-        ctx = await session.user_turn("...")
+        ctx = await session.conversation.user_turn("...")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
 
 
@@ -350,12 +351,12 @@ async def test_a_reset_clears_the_repair_state() -> None:
     )
     async with Session(state) as session:
         runner = session.run_flow(flow)
-        await session.user_turn("uh")
-        await session.user_turn("uh")
+        await session.conversation.user_turn("uh")
+        await session.conversation.user_turn("uh")
         assert runner.done_steps == ["ask", "human"]
         state.set("again", True)  # start the question over
         assert runner.active_steps == ["ask"]  # re-opened, not re-completed by the escalation
-        await session.user_turn("hm")
+        await session.conversation.user_turn("hm")
         assert state.get("repair:ask:escalate") is False
         assert state.get("repair:ask:reprompt") is True  # counting from one again
 
@@ -411,7 +412,7 @@ def test_a_stuck_step_ends_one_way_and_reprompts_when_due(
                 if turn == "answer" and runner.active_steps == ["ask"]:
                     state.set("size", 1)
                 was_active = runner.active_steps == ["ask"]
-                await session.user_turn(turn)
+                await session.conversation.user_turn(turn)
                 if was_active and runner.active_steps == ["ask"]:
                     stuck += 1
                 active = runner.active_steps == ["ask"]
@@ -476,18 +477,18 @@ async def test_timing_switches_with_the_speaking_layer() -> None:
                 ],
             )
         )
-        await session.user_turn("hi")
+        await session.conversation.user_turn("hi")
         assert state.get("session:voice_timing") == {"end_of_speech_ms": 700}
         state.set("ask", True)
-        await session.user_turn("question")
+        await session.conversation.user_turn("question")
         assert state.get("session:voice_timing") == {"interruptible": False}
         state.update({"q": True, "ask": False})
-        await session.user_turn("thanks")  # the closing turn: nothing active in faq
+        await session.conversation.user_turn("thanks")  # the closing turn: nothing active in faq
         assert not state.contains("session:voice_timing")
-        await session.user_turn("back")
+        await session.conversation.user_turn("back")
         assert state.get("session:voice_timing") == {"end_of_speech_ms": 700}
         state.set("stop", True)
-        await session.user_turn("stop")
+        await session.conversation.user_turn("stop")
         assert not state.contains("session:voice_timing")
 
 
@@ -504,8 +505,8 @@ async def test_done_guards_see_digression_free_markings() -> None:
     async with Session(state) as session:
         runner = session.run_flow(FlowStack(main, [Digression("d", is_true("d"), faq_flow())]))
         state.set("d", True)
-        await session.user_turn("x")
+        await session.conversation.user_turn("x")
         state.update({"a": True, "d": False, "faq:answered": True})
-        await session.user_turn("y")
-        await session.user_turn("z")
+        await session.conversation.user_turn("y")
+        await session.conversation.user_turn("z")
         assert runner.active_steps == ["b"]

@@ -22,7 +22,8 @@ from slateflow.errors import InvalidKeyError, TransactionError, VersionConflictE
     ],
     ids=["contains", "in", "pick", "remove-default", "update-remove"],
 )
-def test_invalid_keys_raise_inside_a_transaction_as_outside(read) -> None:  # type: ignore[no-untyped-def]
+# type: ignore[no-untyped-def]
+def test_invalid_keys_raise_inside_a_transaction_as_outside(read) -> None:
     state = State()
     with pytest.raises(InvalidKeyError, match="a b"):
         read(state)

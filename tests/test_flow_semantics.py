@@ -379,13 +379,13 @@ async def test_a_flow_stack_has_the_waits_of_a_flow() -> None:
         runner = session.run_flow(stack)
         assert await runner.wait_for_step("a") is Verdict.ACTIVE
         state.set("ask:faq", True)
-        await session.user_turn("what are your hours?")
+        await session.conversation.user_turn("what are your hours?")
         assert await runner.wait_for_step("answer", timeout=1) is Verdict.ACTIVE
         assert await runner.wait_for_step("answer", flow="faq") is Verdict.ACTIVE
         state.set("faq:answered", True)
         state.set("ask:faq", False)
-        await session.user_turn("thanks")
-        await session.user_turn("back to it")
+        await session.conversation.user_turn("thanks")
+        await session.conversation.user_turn("back to it")
         state.set("a", True)
         assert await runner.wait_for_step("b", timeout=1) is Verdict.ACTIVE
         async with anyio.create_task_group() as tg:

@@ -1,5 +1,6 @@
 """FlowStack digressions, repair policies and voice timing, driven the way a voice loop drives
-them: ``session.run_flow(stack)`` then ``await session.user_turn(...)`` turn after turn (a few
+them: ``session.run_flow(stack)`` then ``await session.conversation.user_turn(...)`` turn after
+turn (a few
 tests run a ``StackRunner`` or ``FlowRunner`` by hand with ``await runner.on_turn()``).
 
 Everything runs on a :class:`ManualClock`; tests wait on the session (``wait_idle``) or on
@@ -18,6 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from helpers import refusal
 from slateflow import (
     Digression,
     Flow,
@@ -158,13 +160,13 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         runner = session.run_flow(stack)
         assert isinstance(runner, StackRunner)
         assert (state.get(OVERLAY_KEY), state.get(TERMINATED_KEY)) == (None, False)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         assert ctx.postures == (ASK_NAME,)
         assert runner.current is runner.main
         assert runner.main.turns == 1
 
         state.set("intent:faq", True)
-        ctx = await session.user_turn("when do you open?")
+        ctx = await session.conversation.user_turn("when do you open?")
         assert runner.overlay == "faq"
         assert state.get(OVERLAY_KEY) == "faq"
         assert runner.current is not runner.main
@@ -181,13 +183,13 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert runner.main.done_steps == []
         assert state.get("flow:booking:active") == ["name"]
         assert state.get("flow:booking:done") == []
-        ctx = await session.user_turn("and on sundays?")
+        ctx = await session.conversation.user_turn("and on sundays?")
         assert runner.main.done_steps == []
         assert runner.main.turns == 1  # its on_turn did not run while the digression spoke
         assert ctx.postures == ("Answer the faq question.",)
 
         state.update({"faq:answered": True, "intent:faq": False})
-        ctx = await session.user_turn("thanks")
+        ctx = await session.conversation.user_turn("thanks")
         # The completing turn: the digression still speaks, with its closing posture.
         assert runner.overlay == "faq"
         assert state.get(OVERLAY_KEY) == "faq"
@@ -195,7 +197,7 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert runner.main.paused
         assert runner.main.done_steps == []
 
-        ctx = await session.user_turn("ok, the booking")
+        ctx = await session.conversation.user_turn("ok, the booking")
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
         assert not runner.main.paused
@@ -216,15 +218,15 @@ async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds(
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(stack)
         state.set("name", "Ann")
-        ctx = await session.user_turn("I'm Ann")
+        ctx = await session.conversation.user_turn("I'm Ann")
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.grounds == ("The caller is Ann.",)
         state.set("turn:faq", True)
-        ctx = await session.user_turn("are you open late?")
+        ctx = await session.conversation.user_turn("are you open late?")
         assert ctx.grounds == ()  # the digression has no grounds; main's are not said
         state.set("faq:answered", True)
-        await session.user_turn("good")
-        ctx = await session.user_turn("so, four of us")
+        await session.conversation.user_turn("good")
+        ctx = await session.conversation.user_turn("so, four of us")
         assert runner.main.active_steps == ["size"]  # where it was: the size was not given
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.grounds == ("The caller is Ann.",)
@@ -238,11 +240,13 @@ async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind(
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(stack)
         state.set("name", "Ann")
-        ctx = await session.user_turn("Ann")
+        ctx = await session.conversation.user_turn("Ann")
         assert ctx.tools == ("check_tables",)
-        await session.tool_ok("book_table")  # ran once (before it was its turn): once() binds
+        await session.conversation.tool_ok(
+            "book_table"
+        )  # ran once (before it was its turn): once() binds
         state.set("turn:faq", True)
-        ctx = await session.user_turn("hours?")
+        ctx = await session.conversation.user_turn("hours?")
         # The digression's allow list applies, not the main step's; once() still binds.
         assert ctx.tools == ("lookup_hours",)
         assert set(ctx.refused) == {"check_tables", "book_table", "transfer"}
@@ -255,7 +259,9 @@ async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind(
         assert runner.admit("lookup_hours") == Admission("lookup_hours", True)
         assert not runner.admit("book_table").allowed
         state.set("faq:answered", True)
-        ctx = await session.user_turn("thanks")  # closing turn: nothing active in the detour
+        ctx = await session.conversation.user_turn(
+            "thanks"
+        )  # closing turn: nothing active in the detour
         # No step of the digression restricts tools now, but the main flow's once() binds.
         assert ctx.tools == ("check_tables", "lookup_hours", "transfer")
         assert ctx.refused == {
@@ -274,11 +280,13 @@ async def test_a_trigger_still_holding_when_the_digression_ends_starts_it_again_
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(stack)
         state.set("intent:faq", True)
-        await session.user_turn("q")
+        await session.conversation.user_turn("q")
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         state.set("faq:answered", False)
-        ctx = await session.user_turn("hm")  # left, then "intent:faq" still holds: in again
+        ctx = await session.conversation.user_turn(
+            "hm"
+        )  # left, then "intent:faq" still holds: in again
         assert runner.overlay == "faq"
         assert ctx.postures == ("Answer the faq question.",)
         assert runner.history == [
@@ -306,22 +314,22 @@ async def test_restart_re_enters_steps_re_fires_on_enter_and_clears_repair_and_t
         await session.wait_idle()
         assert (name_count.calls, size_count.calls) == (1, 0)
         state.set("name", "Ann")
-        await session.user_turn("Ann")
-        ctx = await session.user_turn("...")
+        await session.conversation.user_turn("Ann")
+        ctx = await session.conversation.user_turn("...")
         await session.wait_idle()
         assert (name_count.calls, size_count.calls) == (1, 1)
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert state.get(reprompt_key("size")) is True
-        await session.tool_ok("check_tables")
+        await session.conversation.tool_ok("check_tables")
         assert runner.main.marking.tools_ok == {"check_tables": 1}
 
         state.set("turn:over", True)
-        ctx = await session.user_turn("let's start over")
+        ctx = await session.conversation.user_turn("let's start over")
         assert ctx.postures == ("Start over.",)
         assert ctx.reprompts == ()  # the detour speaks
         assert runner.main.done_steps == ["name"]  # untouched until the next turn
 
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         await session.wait_idle()
         assert runner.history == [(3, "over", "entered"), (4, "over", "restarted")]
         # "name" is known: re-opened and done again at once, so not entered (no on_enter);
@@ -345,10 +353,10 @@ async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
         runner = session.run_flow(FlowStack(booking(name_enter=run(name_count.resolver)), [over]))
         await session.wait_idle()
         state.set("turn:over", True)
-        await session.user_turn("again")
+        await session.conversation.user_turn("again")
         await session.wait_idle()
         assert name_count.calls == 1
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         await session.wait_idle()
         assert name_count.calls == 2
         assert runner.main.active_steps == ["name"]
@@ -362,17 +370,17 @@ async def test_restart_lets_known_facts_complete_their_steps_but_forgets_tool_ca
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [over]))
         state.update({"name": "Ann", "size": 2})
-        await session.user_turn("Ann, two")
-        await session.tool_ok("book_table")
+        await session.conversation.user_turn("Ann, two")
+        await session.conversation.tool_ok("book_table")
         assert runner.main.is_complete
-        assert session.refusal("book_table") is not None  # once()
+        assert refusal(session, "book_table") is not None  # once()
         state.set("turn:over", True)
-        await session.user_turn("actually, start over")
-        ctx = await session.user_turn("go")
+        await session.conversation.user_turn("actually, start over")
+        ctx = await session.conversation.user_turn("go")
         assert runner.main.done_steps == ["name", "size"]
         assert runner.main.active_steps == ["book"]
         assert not runner.main.is_complete
-        assert session.refusal("book_table") is None
+        assert refusal(session, "book_table") is None
         assert ctx.tools == ("book_table",)
 
 
@@ -389,9 +397,9 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [cancel, faq]))
         state.set("name", "Ann")
-        await session.user_turn("Ann")
+        await session.conversation.user_turn("Ann")
         state.set("turn:cancel", True)
-        ctx = await session.user_turn("cancel everything")
+        ctx = await session.conversation.user_turn("cancel everything")
         reason = ended("cancel")
         assert ctx.postures == ("Confirm the cancellation.",)
         assert state.get(TERMINATED_KEY) is True
@@ -404,17 +412,17 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         assert ctx.reprompts == ()
         assert ctx.unmet == ()
         for tool in TOOLS:
-            assert session.refusal(tool) == reason
+            assert refusal(session, tool) == reason
             assert runner.admit(tool) == Admission(tool, False, reason)
             assert (runner.admit(tool, record=False).reason or None) == reason
         assert runner.history == [(2, "cancel", "entered"), (2, "cancel", "terminated")]
 
-        await session.tool_ok("book_table")  # ignored: nothing is governed any more
+        await session.conversation.tool_ok("book_table")  # ignored: nothing is governed any more
         assert runner.main.marking.tools_ok == {}
         assert runner.current.marking.tools_ok == {}
 
         state.update({"size": 3, "turn:faq": True})
-        ctx = await session.user_turn("wait, a question")
+        ctx = await session.conversation.user_turn("wait, a question")
         assert ctx.postures == ()
         assert ctx.grounds == ()
         assert ctx.unmet == ()
@@ -443,11 +451,11 @@ async def test_terminate_in_observe_mode_admits_every_tool_with_a_violation() ->
         runner = session.run_flow(FlowStack(booking(), [cancel]), enforcement="observe")
         assert runner.enforcement is Enforcement.OBSERVE
         state.set("turn:stop", True)
-        ctx = await session.user_turn("stop")
+        ctx = await session.conversation.user_turn("stop")
         assert ctx.refused == {}
         assert ctx.tools == tuple(TOOLS)
         for tool in TOOLS:
-            assert session.refusal(tool) is None
+            assert refusal(session, tool) is None
             assert runner.admit(tool) == Admission(tool, True, ended("cancel"), violation=True)
             assert runner.admit(tool, record=False).reason == ended("cancel")
 
@@ -463,18 +471,20 @@ async def test_digressions_are_one_level_deep() -> None:
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(booking(), [faq, cancel]))
         state.set("turn:faq", True)
-        await session.user_turn("question")
+        await session.conversation.user_turn("question")
         state.set("cancel", True)  # would start "cancel", but "faq" has the floor
-        ctx = await session.user_turn("actually cancel")
+        ctx = await session.conversation.user_turn("actually cancel")
         assert runner.overlay == "faq"
         assert not runner.is_terminated
         assert ctx.postures == ("Answer the faq question.",)
         state.set("turn:faq", True)  # its own trigger again: nothing restarts
-        await session.user_turn("faq again")
+        await session.conversation.user_turn("faq again")
         assert runner.history == [(1, "faq", "entered")]
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
-        ctx = await session.user_turn("so")  # faq left; "cancel" still holds: it starts now
+        await session.conversation.user_turn("thanks")
+        ctx = await session.conversation.user_turn(
+            "so"
+        )  # faq left; "cancel" still holds: it starts now
         assert runner.is_terminated
         assert ctx.postures == ("Bye.",)
         assert runner.history == [
@@ -493,7 +503,7 @@ async def test_the_first_matching_digression_in_order_wins(order: tuple[str, str
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(booking(), digressions))
         state.set("turn:both", True)
-        ctx = await session.user_turn("x")
+        ctx = await session.conversation.user_turn("x")
         assert runner.overlay == order[0]
         assert ctx.postures == (f"Answer the {order[0]} question.",)
         assert runner.history == [(1, order[0], "entered")]
@@ -519,16 +529,20 @@ async def test_a_digression_starting_on_the_turn_main_would_escalate_holds_main_
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(main, [hours]))
-        ctx = await session.user_turn("uh")
+        ctx = await session.conversation.user_turn("uh")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("turn:hours", True)
-        ctx = await session.user_turn("when do you open?")  # main's second stuck turn ...
+        ctx = await session.conversation.user_turn(
+            "when do you open?"
+        )  # main's second stuck turn ...
         assert runner.overlay == "hours"
         assert ctx.postures == ("We open at nine.",)
         assert ctx.reprompts == ()
         assert runner.main.active_steps == ["ask"]  # ... is not counted: no escalation
         assert not state.contains(escalate_key("ask"))
-        ctx = await session.user_turn("uh")  # back in main: this turn counts, it escalates
+        ctx = await session.conversation.user_turn(
+            "uh"
+        )  # back in main: this turn counts, it escalates
         assert runner.main.done_steps == ["ask", "human"]
         assert state.get(escalate_key("ask")) is True
         assert ctx.postures == ("Hand over to a person.",)
@@ -543,7 +557,7 @@ async def test_a_write_that_advances_main_before_the_trigger_is_kept() -> None:
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(stack)
         state.update({"name": "Ann", "turn:faq": True})
-        ctx = await session.user_turn("Ann here, quick question")
+        ctx = await session.conversation.user_turn("Ann here, quick question")
         assert runner.overlay == "faq"
         assert runner.main.done_steps == ["name"]
         assert runner.main.active_steps == ["size"]
@@ -557,13 +571,13 @@ async def test_a_digression_complete_on_its_entry_turn_is_spoken_for_that_turn()
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(booking(), [hours]))
         state.set("turn:hours", True)
-        ctx = await session.user_turn("when do you open?")
+        ctx = await session.conversation.user_turn("when do you open?")
         assert runner.overlay == "hours"
         assert runner.current.is_complete
         assert ctx.postures == ("We open at nine.",)
         assert ctx.lines[0] == "We open at nine."
         assert not runner.is_complete  # the main flow is not
-        ctx = await session.user_turn("thanks")
+        ctx = await session.conversation.user_turn("thanks")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == [(1, "hours", "entered"), (2, "hours", "resumed")]
@@ -579,17 +593,17 @@ async def test_the_same_digression_entered_twice_gets_a_fresh_runner(durable: bo
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:q"), faq)]))
         state.set("turn:q", True)
-        await session.user_turn("question")
+        await session.conversation.user_turn("question")
         await session.wait_idle()
         first = runner.current
         assert asked.calls == 1
         state.set("turn:answered", True)
-        await session.user_turn("got it")
+        await session.conversation.user_turn("got it")
         assert state.get("flow:faq:done") == ["q", "close"]
-        await session.user_turn("back")
+        await session.conversation.user_turn("back")
         assert first.closed
         state.set("turn:q", True)
-        ctx = await session.user_turn("another question")
+        ctx = await session.conversation.user_turn("another question")
         await session.wait_idle()
         second = runner.current
         assert second is not first
@@ -653,14 +667,14 @@ async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marki
         runner = session.run_flow(FlowStack(booking(), digressions))
         state.set("turn:faq", True)
         with caplog.at_level("ERROR", logger="slateflow.flow"):
-            ctx = await session.user_turn("question first")
+            ctx = await session.conversation.user_turn("question first")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert [r.getMessage() for r in caplog.records] == [
             "flow stack 'booking': the trigger of 'broken' raised"
         ]
         state.update({"name": "Ann", "turn:faq": True})
-        ctx = await session.user_turn("Ann; a question")
+        ctx = await session.conversation.user_turn("Ann; a question")
         assert runner.overlay == "faq"
         assert ctx.postures == ("Answer the faq question.",)
         assert runner.history == [(2, "faq", "entered")]
@@ -673,18 +687,18 @@ async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() ->
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
-        await session.user_turn("Ann, two")
+        await session.conversation.user_turn("Ann, two")
         assert runner.main.active_steps == ["book"]
         state.set("turn:faq", True)
-        await session.user_turn("hours?")
-        await session.tool_ok("book_table")
+        await session.conversation.user_turn("hours?")
+        await session.conversation.tool_ok("book_table")
         assert runner.main.marking.tools_ok == {"book_table": 1}  # counted ...
         assert runner.main.active_steps == ["book"]  # ... but not acted on while suspended
         assert runner.current.marking.tools_ok == {"book_table": 1}
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         assert not runner.is_complete  # the digression still speaks
-        ctx = await session.user_turn("bye")
+        ctx = await session.conversation.user_turn("bye")
         assert runner.main.done_steps == ["name", "size", "book", "bye"]
         assert runner.is_complete
         assert ctx.postures == (BYE,)
@@ -697,9 +711,9 @@ async def test_observe_mode_reports_a_main_constraint_breach_during_a_digression
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [hours]), enforcement="observe")
-        await session.tool_ok("book_table")
+        await session.conversation.tool_ok("book_table")
         state.set("turn:hours", True)
-        await session.user_turn("when do you open?")
+        await session.conversation.user_turn("when do you open?")
         reason = runner.admit("book_table", record=False).reason or None
         assert reason == (
             "'book_table' has already run and may run only once in this conversation. "
@@ -835,7 +849,7 @@ async def test_reprompt_after_n_turns_stuck(after: int) -> None:
         runner = session.run_flow(asking(RepairPolicy(reprompt_after=after, escalate_after=9)))
         seen = []
         for _ in range(4):
-            ctx = await session.user_turn("um")
+            ctx = await session.conversation.user_turn("um")
             seen.append((state.get(reprompt_key("ask")), ctx.reprompts))
         # The key is written when it first rises (absent before).
         want = [(True, (DEFAULT_REPROMPT,)) if n >= after else (None, ()) for n in range(1, 5)]
@@ -850,7 +864,7 @@ async def test_the_reprompt_line_is_the_steps_own_timing_text() -> None:
     timing = VoiceTiming(reprompt="Ask again: how many people?")
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == ("Ask again: how many people?",)
         assert ctx.lines == (
             "Ask the size.",
@@ -866,7 +880,7 @@ async def test_a_timing_without_reprompt_text_reprompts_with_the_default() -> No
     timing = VoiceTiming(end_of_speech_ms=500, interruptible=False)
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert ctx.voice_timing == {"interruptible": False, "end_of_speech_ms": 500}
 
@@ -880,12 +894,12 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
         assert runner.active_steps == ["ask"]  # the target has no after: not started with it
         assert runner.verdict("human") is Verdict.PENDING
         for _ in range(2):
-            await session.user_turn("um")
+            await session.conversation.user_turn("um")
             assert runner.active_steps == ["ask"]
             assert state.get(reprompt_key("ask")) is True
             assert not state.contains(escalate_key("ask"))
             assert not state.contains("help")
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["human"]
         assert state.get(escalate_key("ask")) is True
@@ -896,7 +910,7 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
         assert runner.verdict("confirm") is Verdict.PENDING
         # The fact arriving late does not send the flow down the normal path.
         state.set("size", 4)
-        await session.user_turn("oh, four")
+        await session.conversation.user_turn("oh, four")
         assert runner.active_steps == ["human"]
         assert runner.done_steps == ["ask"]
         assert state.get("flow:intake:active") == ["human"]
@@ -908,14 +922,14 @@ async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step
     async with Session(state, clock=ManualClock()) as session:
         policy = RepairPolicy(reprompt_after=1, escalate_after=2, flag="help")
         runner = session.run_flow(asking(policy))
-        await session.user_turn("um")
-        ctx = await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert runner.active_steps == ["ask"]
         assert state.get(escalate_key("ask")) is True
         assert state.get("help") is True
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("size", 2)
-        ctx = await session.user_turn("two")
+        ctx = await session.conversation.user_turn("two")
         assert runner.active_steps == ["confirm"]
         assert state.get(reprompt_key("ask")) is False
         assert ctx.reprompts == ()
@@ -931,14 +945,14 @@ async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
     async with Session(state, clock=ManualClock()) as session:
         policy = RepairPolicy(reprompt_after=2, escalate_after=2, escalate_to="human")
         runner = session.run_flow(asking(policy))
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         for i in range(4):
-            await session.tool_ok("lookup")
+            await session.conversation.tool_ok("lookup")
             state.set("noise", i)
             runner.advance()
         assert not state.contains(reprompt_key("ask"))
         assert runner.active_steps == ["ask"]
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(escalate_key("ask")) is True
         assert runner.active_steps == ["human"]
 
@@ -948,12 +962,12 @@ async def test_the_reprompt_key_goes_false_when_the_step_completes() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(asking(RepairPolicy(reprompt_after=1, escalate_after=5)))
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("size", 3)  # completes at once, between turns
         assert runner.active_steps == ["confirm"]
         assert state.get(reprompt_key("ask")) is False
-        ctx = await session.user_turn("three")
+        ctx = await session.conversation.user_turn("three")
         assert ctx.reprompts == ()
         assert not state.contains(escalate_key("ask"))
 
@@ -975,18 +989,18 @@ async def test_repair_keys_go_false_when_the_step_leaves_without_completing() ->
     state.set("open", True)
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(flow)
-        await session.user_turn("um")
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        await session.conversation.user_turn("um")
         assert (state.get(reprompt_key("ask")), state.get(escalate_key("ask"))) == (True, True)
         assert state.get("help") is True
         state.set("open", False)
         assert runner.active_steps == []
         assert state.get(reprompt_key("ask")) is False
-        await session.user_turn("hello?")
+        await session.conversation.user_turn("hello?")
         assert state.get(escalate_key("ask")) is False
         assert state.get("help") is False
         state.set("open", True)  # back: counted from zero
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         assert state.get(escalate_key("ask")) is False
 
@@ -1009,8 +1023,8 @@ async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
     )
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(flow)
-        await session.user_turn("um")
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        await session.conversation.user_turn("um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["human"]
         assert state.get(escalate_key("ask")) is True
@@ -1020,7 +1034,7 @@ async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
         assert runner.done_steps == []
         assert state.get(escalate_key("ask")) is False
         assert state.get(reprompt_key("ask")) is False
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         assert state.get(escalate_key("ask")) is False
         state.set("size", 2)  # now the normal successor is open
@@ -1037,17 +1051,17 @@ async def test_a_reset_of_a_stuck_step_before_escalation_clears_its_reprompt() -
     )
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(flow)
-        await session.user_turn("um")
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("retry", True)
         assert runner.active_steps == ["ask"]
         assert state.get(reprompt_key("ask")) is False
-        await session.user_turn("um")  # one turn since the reset
+        await session.conversation.user_turn("um")  # one turn since the reset
         assert state.get(reprompt_key("ask")) is False
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
-        await session.user_turn("um")  # three turns since the reset (five in all)
+        await session.conversation.user_turn("um")  # three turns since the reset (five in all)
         assert state.get(escalate_key("ask")) is True
 
 
@@ -1068,9 +1082,9 @@ async def test_two_stuck_steps_each_get_their_reprompt_in_flow_order() -> None:
     )
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(flow)
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == ("Ask A again.",)
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == ("Ask A again.", DEFAULT_REPROMPT)
 
 
@@ -1098,15 +1112,15 @@ async def test_escalations_chain_and_a_target_does_not_count_its_entry_turn() ->
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(flow)
         assert runner.active_steps == ["ask"]
-        await session.user_turn("um")
-        ctx = await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert runner.active_steps == ["human"]
         assert not state.contains(reprompt_key("human"))  # entered by escalation this turn
         assert ctx.reprompts == ()
-        ctx = await session.user_turn("hello?")
+        ctx = await session.conversation.user_turn("hello?")
         assert state.get(reprompt_key("human")) is True
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        ctx = await session.user_turn("hello??")
+        ctx = await session.conversation.user_turn("hello??")
         assert runner.done_steps == ["ask", "human", "voicemail"]
         assert runner.is_complete
         assert ctx.postures == ("Offer voicemail.",)
@@ -1122,10 +1136,10 @@ async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered
     policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="confirm")
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(asking(policy))
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         if answered:
             state.set("size", 2)
-        await session.user_turn("two" if answered else "um")
+        await session.conversation.user_turn("two" if answered else "um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["confirm"]
         assert state.get(escalate_key("ask"), False) is not answered
@@ -1139,15 +1153,15 @@ async def test_the_turn_a_step_is_entered_on_is_not_a_stuck_turn() -> None:
             booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=2))
         )
         # The extractor hears the name during the turn: that turn enters the size step.
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("who").field_to("name", "name", regex(r"I'm (\w+)", group=1)).build()
         )
-        ctx = await session.user_turn("I'm Ann")
+        ctx = await session.conversation.user_turn("I'm Ann")
         assert runner.active_steps == ["size"]
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.reprompts == ()
         assert not state.contains(reprompt_key("size"))
-        ctx = await session.user_turn("um")  # asked once, not answered
+        ctx = await session.conversation.user_turn("um")  # asked once, not answered
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert not state.contains(escalate_key("size"))
 
@@ -1349,7 +1363,7 @@ async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None
     )
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(stack)
-        ctx = await session.user_turn("hello")
+        ctx = await session.conversation.user_turn("hello")
         both = {"reprompt_after_ms": 5000, "interruptible": False, "end_of_speech_ms": 700}
         assert state.get(VOICE_TIMING_KEY) == both
         assert ctx.voice_timing == both
@@ -1357,34 +1371,34 @@ async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None
             reprompt_after_ms=5000, interruptible=False, end_of_speech_ms=700
         )
         state.set("consented", True)
-        ctx = await session.user_turn("yes")
+        ctx = await session.conversation.user_turn("yes")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
         state.set("turn:faq", True)
-        ctx = await session.user_turn("question")
+        ctx = await session.conversation.user_turn("question")
         assert ctx.voice_timing == {"reprompt_after_ms": 3000}
         assert state.get(VOICE_TIMING_KEY) == {"reprompt_after_ms": 3000}
         state.set("faq:done", True)
-        ctx = await session.user_turn("thanks")  # closing turn: nothing active in faq
+        ctx = await session.conversation.user_turn("thanks")  # closing turn: nothing active in faq
         assert ctx.voice_timing is None
         assert not state.contains(VOICE_TIMING_KEY)
-        ctx = await session.user_turn("back")
+        ctx = await session.conversation.user_turn("back")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
         state.set("greeted", True)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         assert runner.active_steps == ["plain"]  # no timing on it: the key goes
         assert ctx.voice_timing is None
         assert not state.contains(VOICE_TIMING_KEY)
         state.set("plain", True)
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.voice_timing == {"filler_after_ms": 1500}
         state.set("turn:bye", True)
-        ctx = await session.user_turn("bye")
+        ctx = await session.conversation.user_turn("bye")
         assert ctx.voice_timing is None
         assert runner.voice_timing() is None
         assert not state.contains(VOICE_TIMING_KEY)
-        await session.user_turn("still there?")
+        await session.conversation.user_turn("still there?")
         assert not state.contains(VOICE_TIMING_KEY)
-        assert session.context_now().voice_timing is None
+        assert session.conversation.context_now().voice_timing is None
 
 
 @pytest.mark.anyio
@@ -1392,7 +1406,7 @@ async def test_timing_follows_a_step_change_between_turns() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(timed_main())
-        await session.user_turn("hello")
+        await session.conversation.user_turn("hello")
         assert state.get(VOICE_TIMING_KEY)["interruptible"] is False
         state.set("consented", True)  # no turn: the session re-publishes in a task
         await settle()
@@ -1418,7 +1432,7 @@ async def test_a_terminal_steps_timing_applies_while_its_closing_words_are_said(
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(flow)
         state.set("asked", True)
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.postures == ("Read the disclosure.",)
         assert ctx.voice_timing == {"interruptible": False}
 
@@ -1477,13 +1491,13 @@ def test_a_step_with_escalate_to_completes_normally_or_escalates_never_both(
             got: list[tuple[bool, bool, str | None]] = []
             for event in events:
                 if event == "tool":
-                    await session.tool_ok("lookup")
+                    await session.conversation.tool_ok("lookup")
                     continue
                 if event == "answer":
                     state.set("size", 2)
                 elif event == "detour":
                     state.set("turn:detour", True)
-                ctx = await session.user_turn(event)
+                ctx = await session.conversation.user_turn(event)
                 assert (runner.overlay == "detour") is (event == "detour")
                 normal = "confirm" in main.active_steps or "confirm" in main.done_steps
                 escalated = "human" in main.active_steps
@@ -1543,7 +1557,7 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
     async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
         runner = session.run_flow(stack)
         state.set("turn:faq", True)
-        ctx = await session.user_turn("a question first")
+        ctx = await session.conversation.user_turn("a question first")
         assert runner.overlay == "faq"
         # The digression restricts nothing; main's commit and never still bind.
         assert ctx.tools == ("lookup_hours",)
@@ -1554,23 +1568,23 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
         )
         assert not runner.admit("pay").allowed
         assert runner.admit("pay").reason == ctx.refused["pay"]
-        assert session.refusal("transfer") == ctx.refused["transfer"]
+        assert refusal(session, "transfer") == ctx.refused["transfer"]
 
         state.update({"confirmed": True, "name": "Ann"})
-        ctx = await session.user_turn("yes, confirmed; I'm Ann")
+        ctx = await session.conversation.user_turn("yes, confirmed; I'm Ann")
         # The guards of main's constraints read the State live, even while main is suspended.
         assert runner.main.active_steps == ["name"]
         assert runner.admit("pay") == Admission("pay", True)
-        assert session.refusal("transfer") is None
+        assert refusal(session, "transfer") is None
         assert ctx.tools == tuple(PAY_TOOLS)
-        await session.tool_ok("pay")  # it ran during the digression: main counts it
+        await session.conversation.tool_ok("pay")  # it ran during the digression: main counts it
         assert runner.main.marking.tools_ok == {"pay": 1}
-        assert session.refusal("pay") == PAID_ONCE
+        assert refusal(session, "pay") == PAID_ONCE
         assert runner.admit("pay") == Admission("pay", False, PAID_ONCE)
 
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
-        ctx = await session.user_turn("back to it")
+        await session.conversation.user_turn("thanks")
+        ctx = await session.conversation.user_turn("back to it")
         assert runner.overlay is None
         # Main caught up: the name and the payment made during the detour complete its steps.
         assert runner.main.done_steps == ["name", "pay", "bye"]
@@ -1578,7 +1592,7 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
         assert ctx.postures == (BYE,)
         # commit = at most once: still refused after resuming.
         assert ctx.refused == {"pay": PAID_ONCE}
-        assert session.refusal("pay") == PAID_ONCE
+        assert refusal(session, "pay") == PAID_ONCE
 
 
 @pytest.mark.anyio
@@ -1588,9 +1602,9 @@ async def test_observe_mode_records_a_main_constraint_breach_during_a_digression
     async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
         runner = session.run_flow(stack, enforcement="observe")
         state.set("turn:faq", True)
-        ctx = await session.user_turn("question")
+        ctx = await session.conversation.user_turn("question")
         assert ctx.refused == {}
-        assert session.refusal("pay") is None
+        assert refusal(session, "pay") is None
         assert runner.main.violations == []
         admission = runner.admit("pay")
         assert admission.allowed
@@ -1609,7 +1623,7 @@ async def test_a_main_constraint_refusal_during_a_digression_fits_the_speaking_l
     async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
         session.run_flow(stack)
         state.set("turn:faq", True)
-        ctx = await session.user_turn("a question first")
+        ctx = await session.conversation.user_turn("a question first")
         assert ctx.tools == ("lookup_hours",)
         reason = ctx.refused["pay"]
         assert "No tool is available right now" not in reason
@@ -1625,16 +1639,16 @@ async def test_main_on_enter_actions_wait_for_the_catch_up_after_a_digression() 
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(stack)
         state.set("turn:faq", True)
-        await session.user_turn("question")
+        await session.conversation.user_turn("question")
         state.set("name", "Ann")  # would enter "size", but main is suspended
         await session.wait_idle()
         assert size_info.call_count == 0
         assert runner.main.active_steps == ["name"]
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         await session.wait_idle()
         assert size_info.call_count == 0
-        ctx = await session.user_turn("back")
+        ctx = await session.conversation.user_turn("back")
         await session.wait_idle()
         assert runner.main.active_steps == ["size"]
         assert size_info.call_count == 1
@@ -1649,18 +1663,18 @@ async def test_a_digression_after_main_completes_reopens_the_call_until_it_ends(
     async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
         runner = session.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
-        await session.user_turn("Ann, two")
-        await session.tool_ok("book_table")
+        await session.conversation.user_turn("Ann, two")
+        await session.conversation.tool_ok("book_table")
         assert runner.is_complete
         state.set("turn:faq", True)
-        ctx = await session.user_turn("one more thing")
+        ctx = await session.conversation.user_turn("one more thing")
         assert not runner.is_complete
         assert ctx.postures == ("Answer the faq question.",)
         assert ctx.unmet == ()
         state.set("faq:answered", True)
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         assert not runner.is_complete
-        ctx = await session.user_turn("bye")
+        ctx = await session.conversation.user_turn("bye")
         assert runner.is_complete
         assert ctx.postures == (BYE,)  # main's closing words again
         assert runner.history == [(2, "faq", "entered"), (4, "faq", "resumed")]
@@ -1673,15 +1687,15 @@ async def test_restart_after_an_escalation_clears_its_keys_flag_and_target() -> 
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(asking(policy), [over]))
-        await session.user_turn("um")
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
+        await session.conversation.user_turn("um")
         assert runner.main.active_steps == ["human"]
         assert (state.get(escalate_key("ask")), state.get("help")) == (True, True)
         state.set("turn:over", True)
-        ctx = await session.user_turn("start over")
+        ctx = await session.conversation.user_turn("start over")
         assert ctx.postures == ("Start over.",)
         assert runner.main.active_steps == ["human"]  # untouched until the next turn
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert runner.main.active_steps == ["ask"]
         assert runner.main.done_steps == []
         assert runner.main.verdict("human") is Verdict.PENDING
@@ -1690,9 +1704,9 @@ async def test_restart_after_an_escalation_clears_its_keys_flag_and_target() -> 
         assert state.get(reprompt_key("ask")) is False
         assert ctx.postures == ("Ask the size.",)
         assert ctx.reprompts == ()  # the restart turn entered the step: not a stuck turn
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert runner.main.active_steps == ["human"]
         assert state.get("help") is True
 
@@ -1718,11 +1732,11 @@ async def test_a_digressions_repair_does_not_count_the_turn_that_started_it() ->
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:faq"), faq)]))
         state.set("turn:faq", True)
-        ctx = await session.user_turn("when do you open?")
+        ctx = await session.conversation.user_turn("when do you open?")
         assert ctx.postures == ("Answer the faq question.",)
         assert ctx.reprompts == ()
         assert not state.contains(reprompt_key("q"))
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert not state.contains(escalate_key("q"))
 
@@ -1749,27 +1763,27 @@ async def test_a_digressions_repair_reprompts_in_its_own_layer() -> None:
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)]))
         state.set("name", "Ann")
-        await session.user_turn("Ann")
-        ctx = await session.user_turn("um")
+        await session.conversation.user_turn("Ann")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("turn:faq", True)
-        ctx = await session.user_turn("question")
+        ctx = await session.conversation.user_turn("question")
         assert ctx.reprompts == ()  # main's line is not said; the detour has just begun
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == ("Ask what they want to know.",)
         assert state.get(reprompt_key("q")) is True
         assert state.get(reprompt_key("size")) is True  # main's, frozen while it is suspended
         assert not state.contains("faq:stuck")
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert state.get(escalate_key("q")) is True
         assert state.get("faq:stuck") is True
         assert runner.current.active_steps == ["q"]  # no target: it stays on the step
         assert not state.contains(escalate_key("size"))  # main was not counted meanwhile
         state.set("faq:answered", True)
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.reprompts == ()
         assert state.get(reprompt_key("q")) is False
-        ctx = await session.user_turn("back")
+        ctx = await session.conversation.user_turn("back")
         assert runner.overlay is None
         assert ctx.reprompts == (DEFAULT_REPROMPT,)  # main's step is still stuck
         assert not state.contains(escalate_key("size"))
@@ -1786,7 +1800,7 @@ async def test_a_terminating_digressions_closing_words_keep_their_timing() -> No
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(stack)
         state.set("turn:bye", True)
-        ctx = await session.user_turn("cancel")
+        ctx = await session.conversation.user_turn("cancel")
         assert ctx.postures == ("Read the terms.",)
         assert ctx.voice_timing == {"interruptible": False}
 
@@ -1805,11 +1819,11 @@ async def test_a_digressions_closing_step_timing_is_published_on_its_closing_tur
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(stack)
         state.set("turn:note", True)
-        ctx = await session.user_turn("read me the note")
+        ctx = await session.conversation.user_turn("read me the note")
         assert ctx.postures == ("Read the note.",)
         assert ctx.voice_timing == {"interruptible": False}
         assert state.get(VOICE_TIMING_KEY) == {"interruptible": False}
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.postures == (ASK_NAME,)
         assert ctx.voice_timing is None
         assert not state.contains(VOICE_TIMING_KEY)
@@ -1851,10 +1865,10 @@ async def test_a_flow_read_from_json_repairs_and_times_like_the_original() -> No
     state = State()
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(back)
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert ctx.reprompts == ("Again?",)
         assert ctx.voice_timing == {"reprompt": "Again?", "interruptible": False}
-        ctx = await session.user_turn("um")
+        ctx = await session.conversation.user_turn("um")
         assert runner.active_steps == ["human"]
         assert state.get("help") is True
         assert ctx.postures == ("Hand over to a person.",)
@@ -1965,7 +1979,7 @@ def test_a_reset_puts_a_stuck_or_escalated_step_back_to_its_first_turn(
                     assert runner.active_steps == ["ask"]
                     assert state.get(reprompt_key("ask"), False) is False
                     assert state.get(escalate_key("ask"), False) is False
-                ctx = await session.user_turn(event)
+                ctx = await session.conversation.user_turn(event)
                 if phase == "ask":
                     stuck += 1
                     if stuck >= escalate_after:
@@ -2013,19 +2027,19 @@ async def test_a_terminate_digression_completed_by_a_tool_closes_the_call_right_
     async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        ctx = await session.user_turn("cancel my booking")
+        ctx = await session.conversation.user_turn("cancel my booking")
         assert ctx.tools == ("cancel_booking",)
         assert ctx.postures == ("Cancel the booking.",)
-        await session.tool_ok("cancel_booking")
+        await session.conversation.tool_ok("cancel_booking")
         assert runner.current.is_complete
         assert runner.history == [(1, "cancel", "entered"), (1, "cancel", "terminated")]
         # The model's reply after the tool carries the closing words, and no tool.
-        now = session.context_now()
+        now = session.conversation.context_now()
         assert now.postures == ("Say goodbye.",)
         assert now.tools == ()
         assert now.refused == dict.fromkeys([*CANCEL_TOOLS, "check_tables"], ended("cancel"))
         assert state.get(OVERLAY_KEY) == "cancel"
-        ctx = await session.user_turn("thanks")
+        ctx = await session.conversation.user_turn("thanks")
         assert runner.is_terminated
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
@@ -2040,14 +2054,14 @@ async def test_a_terminate_digression_completed_by_a_tool_refuses_tools_at_once(
     async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        await session.user_turn("cancel my booking")
-        await session.tool_ok("cancel_booking")
+        await session.conversation.user_turn("cancel my booking")
+        await session.conversation.tool_ok("cancel_booking")
         reason = ended("cancel")
         assert runner.is_terminated
         assert state.get(TERMINATED_KEY) is True
         assert runner.admit("book_table") == Admission("book_table", False, reason)
-        assert session.refusal("transfer") == reason
-        assert session.context_now().tools == ()
+        assert refusal(session, "transfer") == reason
+        assert session.conversation.context_now().tools == ()
 
 
 @pytest.mark.anyio
@@ -2059,7 +2073,7 @@ async def test_a_digression_that_cannot_start_leaves_the_main_flow_running() -> 
         runner = session.run_flow(stack)
         state.set("turn:faq", True)
         with pytest.raises(FlowError, match="a flow named 'faq' is already running"):
-            await session.user_turn("a question")
+            await session.conversation.user_turn("a question")
         assert runner.overlay is None
         assert not runner.main.paused
         state.set("name", "Ann")
@@ -2113,7 +2127,7 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
             phase, stuck, known, pending, over = "ask", 0, False, None, False
             for event in events:
                 if event == "tool":
-                    await session.tool_ok("lookup")
+                    await session.conversation.tool_ok("lookup")
                     continue
                 if event == "answer":
                     state.set("size", 2)
@@ -2121,7 +2135,7 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
                 elif event in DETOURS:
                     state.set(f"turn:{event}", True)
                 frozen = (main.active_steps, main.done_steps)
-                ctx = await session.user_turn(event)
+                ctx = await session.conversation.user_turn(event)
                 if over:
                     assert (main.active_steps, main.done_steps) == frozen
                     assert (ctx.postures, ctx.reprompts, ctx.unmet) == ((), (), ())
@@ -2176,7 +2190,7 @@ async def test_a_trigger_is_checked_at_turns_only() -> None:
         assert runner.overlay is None  # between turns: main still drives
         assert state.get(OVERLAY_KEY) is None
         state.set("intent:faq", False)  # gone again before the turn: never starts
-        ctx = await session.user_turn("hm")
+        ctx = await session.conversation.user_turn("hm")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == []
@@ -2200,12 +2214,12 @@ async def test_an_extractor_starts_a_detour_whose_background_answer_arrives_afte
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("intent").field_to("faq", "turn:faq", regex(r"\bopen\b")).window(1).build()
         )
         stack = FlowStack(booking(), [Digression("faq", is_set("turn:faq"), faq)])
         runner = session.run_flow(stack)
-        ctx = await session.user_turn("when do you open?")
+        ctx = await session.conversation.user_turn("when do you open?")
         assert runner.overlay == "faq"  # heard in this very turn
         assert ctx.postures == ("Answer the faq question.",)
         assert not state.contains("turn:faq")  # turn-scoped: cleared at the end of the turn
@@ -2213,17 +2227,17 @@ async def test_an_extractor_starts_a_detour_whose_background_answer_arrives_afte
         assert hours.call_count == 1
         assert hours.held == 0
         state.set("faq:topic", "hours")
-        ctx = await session.user_turn("the hours")
+        ctx = await session.conversation.user_turn("the hours")
         assert ctx.postures == ("Close the faq detour.",)
         assert ctx.deliveries == ()
-        ctx = await session.user_turn("ok")  # "open" not said again: no new detour
+        ctx = await session.conversation.user_turn("ok")  # "open" not said again: no new detour
         assert runner.overlay is None
         assert runner.current.name == "booking"
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == [(1, "faq", "entered"), (3, "faq", "resumed")]
         await clock.advance(6)
         await session.wait_idle()
-        ctx = await session.user_turn("so?")
+        ctx = await session.conversation.user_turn("so?")
         # The detour is over, but its lookup's answer still reaches the model.
         assert [(d.name, d.value) for d in ctx.deliveries] == [("hours", {"opens": "9am"})]
         assert ctx.lines == (
@@ -2246,11 +2260,11 @@ async def test_a_terminate_digression_completed_by_a_write_refuses_tools_at_once
     async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
         runner = session.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        await session.user_turn("cancel my booking")
+        await session.conversation.user_turn("cancel my booking")
         state.set("cancel:done", True)  # the cancellation service answered
         await session.wait_idle()
         assert runner.current.is_complete
-        now = session.context_now()
+        now = session.conversation.context_now()
         assert now.postures == ("Say goodbye.",)
         assert now.tools == ()
         assert state.get(TERMINATED_KEY) is True
@@ -2265,14 +2279,16 @@ async def test_a_turn_that_fails_to_start_a_digression_does_not_wedge_the_call()
         runner = session.run_flow(stack)
         state.set("turn:faq", True)
         with pytest.raises(FlowError, match="a flow named 'faq' is already running"):
-            await session.user_turn("a question")
+            await session.conversation.user_turn("a question")
         assert state.keys("turn:") == []
-        assert session.cancelled_turns[0].text == "a question"  # the failed turn: not taken
-        ctx = await session.user_turn("ok, my name is Ann")
+        assert (
+            session.conversation.cancelled_turns[0].text == "a question"
+        )  # the failed turn: not taken
+        ctx = await session.conversation.user_turn("ok, my name is Ann")
         assert runner.overlay is None
         # The main flow speaks (beside the other flow named "faq" the session runs).
         assert ctx.postures == ("Answer the faq question.", ASK_NAME)
-        assert [t.text for t in session.transcript] == ["ok, my name is Ann"]
+        assert [t.text for t in session.conversation.transcript] == ["ok, my name is Ann"]
 
 
 @pytest.mark.anyio
@@ -2303,14 +2319,14 @@ async def test_a_digression_step_sharing_an_id_does_not_clobber_main_repair_keys
     )
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)]))
-        await session.user_turn("um")
+        await session.conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("turn:faq", True)
-        await session.user_turn("a question")
-        await session.user_turn("um")
+        await session.conversation.user_turn("a question")
+        await session.conversation.user_turn("um")
         state.set("faq:answered", True)
-        await session.user_turn("ok")
-        ctx = await session.user_turn("back")
+        await session.conversation.user_turn("ok")
+        ctx = await session.conversation.user_turn("back")
         assert runner.main.active_steps == ["ask"]
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert state.get(reprompt_key("ask")) is True

@@ -545,17 +545,17 @@ async def test_in_a_session_with_triggers_and_on_complete() -> None:
     )
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.add_extractor(extractor)
-        await session.user_turn("Saturday")
+        session.conversation.add_extractor(extractor)
+        await session.conversation.user_turn("Saturday")
         assert llm.requests == []  # every 2nd turn only
-        await session.user_turn("for two, card 4111 1111 1111 1111")
+        await session.conversation.user_turn("for two, card 4111 1111 1111 1111")
         assert "Caller: Saturday\nCaller: for two, card [card ending 1111]" in (
             llm.last_request.prompt
         )
         assert "4111 1111" not in llm.last_request.prompt
         assert state.get("booking:date") == "Saturday"
-        await session.user_turn("hmm")
-        await session.user_turn("two people")
+        await session.conversation.user_turn("hmm")
+        await session.conversation.user_turn("two people")
         assert state.get("booking:party_size") == 2
         assert calls == [{"booking:date": "Saturday", "booking:party_size": 2}]
         assert state.get("lookup:result") is True
@@ -567,10 +567,10 @@ async def test_a_failed_llm_in_a_session_costs_nothing_but_its_values() -> None:
     extractor = booking(llm)
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.add_extractor(extractor)
-        await session.user_turn("Sunday")
+        session.conversation.add_extractor(extractor)
+        await session.conversation.user_turn("Sunday")
         assert not state.contains("booking:date")
-        await session.user_turn("Sunday please")
+        await session.conversation.user_turn("Sunday please")
         assert state.get("booking:date") == "Sunday"
     assert [r.error is not None for r in extractor.history] == [True, False]
 

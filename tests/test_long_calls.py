@@ -23,16 +23,16 @@ async def test_the_transcript_keeps_the_last_turns_and_numbering_goes_on() -> No
     state = State()
     async with Session(state, clock=ManualClock(), max_transcript=5) as session:
         for n in range(1, 13):
-            await session.user_turn(f"turn {n}")
-            session.agent_said(f"reply {n}")
-        assert len(session.transcript) == 5
-        assert [t.text for t in session.transcript][-2:] == ["turn 12", "reply 12"]
+            await session.conversation.user_turn(f"turn {n}")
+            session.conversation.agent_said(f"reply {n}")
+        assert len(session.conversation.transcript) == 5
+        assert [t.text for t in session.conversation.transcript][-2:] == ["turn 12", "reply 12"]
         assert state.get("session:turn") == 12
         # Only agent turns left in the window would not lose the count either.
         for _ in range(6):
-            session.agent_said("hm")
-        assert all(t.speaker == "agent" for t in session.transcript)
-        context = await session.user_turn("one more")
+            session.conversation.agent_said("hm")
+        assert all(t.speaker == "agent" for t in session.conversation.transcript)
+        context = await session.conversation.user_turn("one more")
         assert context.turn.number == 13
 
 
@@ -49,16 +49,23 @@ async def test_cancelled_turns_are_bounded_too() -> None:
             Stall.started.set()
             await anyio.sleep_forever()
 
+        async def _on_tool(self, session: Session, tool: str) -> None: ...
+        async def _on_step_change(self, session: Session, since: int) -> None: ...
+
     async with Session(state, clock=ManualClock(), max_transcript=3) as session:
-        session._dialog.hooks.append(Stall())  # type: ignore[arg-type]
+        session.conversation.add_extractor(Stall())
         for n in range(8):
             Stall.started = anyio.Event()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(session.user_turn, f"lost {n}")
+                tg.start_soon(session.conversation.user_turn, f"lost {n}")
                 await Stall.started.wait()
                 tg.cancel_scope.cancel()  # the caller barged in
-        assert [t.text for t in session.cancelled_turns] == ["lost 5", "lost 6", "lost 7"]
-        assert session.transcript == []
+        assert [t.text for t in session.conversation.cancelled_turns] == [
+            "lost 5",
+            "lost 6",
+            "lost 7",
+        ]
+        assert session.conversation.transcript == []
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, None])
@@ -162,7 +169,7 @@ async def test_a_session_hands_the_model_only_the_newest_result_of_each_resolver
         for _ in range(50):
             session.background(resolver)
             await session.wait_idle()
-        context = await session.user_turn("so?")
+        context = await session.conversation.user_turn("so?")
     lines = [line for line in context.lines if "quote" in line]
     assert len(lines) == 1
     assert '"result": 49' in lines[0]

@@ -327,10 +327,12 @@ async def test_loop_argument_errors() -> None:
     ex = Recorder(ManualClock(), 1)
     for cap in (0, -1, 1.5, None):
         with pytest.raises(OrchestrationError, match="max_iterations"):
-            await execute_loop(ex, [spec("a")], lambda o: LoopDecision.stop(), cap)  # type: ignore[arg-type]
+            # type: ignore[arg-type]
+            await execute_loop(ex, [spec("a")], lambda o: LoopDecision.stop(), cap)
     ex.delays["a"] = 0
     with pytest.raises(OrchestrationError, match="return LoopDecision"):
-        await execute_loop(ex, [spec("a")], lambda o: True, 3)  # type: ignore[arg-type, return-value]
+        # type: ignore[arg-type, return-value]
+        await execute_loop(ex, [spec("a")], lambda o: True, 3)
 
 
 # -- properties --------------------------------------------------------------------------------

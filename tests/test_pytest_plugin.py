@@ -54,8 +54,9 @@ async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
     await slate_clock.advance(0.1)
     assert slate_state.get("slow:result") == 1
     assert scripted_llm.last_request.prompt == "Greet Ada"
-    slate_session.add_extractor(Extract("b").field("size", integer_near(["people"])).build())
-    ctx = await slate_session.user_turn("four people, card 4111 1111 1111 1111")
+    sizes = Extract("b").field("size", integer_near(["people"])).build()
+    slate_session.conversation.add_extractor(sizes)
+    ctx = await slate_session.conversation.user_turn("four people, card 4111 1111 1111 1111")
     assert slate_state.get("b:size") == 4
     assert ctx.turn.text == "four people, card [card ending 1111]"
 """

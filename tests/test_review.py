@@ -114,7 +114,8 @@ def test_subscribe_keys_with_a_lone_string_watches_that_key() -> None:
     state = State()
     seen: list[list[str]] = []
     try:
-        state.subscribe(lambda cs: seen.append([c.key for c in cs]), keys="done")  # type: ignore[arg-type]
+        # type: ignore[arg-type]
+        state.subscribe(lambda cs: seen.append([c.key for c in cs]), keys="done")
     except SlateError:
         return  # refusing it is fine too
     state.set("d", 1)

@@ -30,7 +30,7 @@ def secret_state() -> State:
 async def test_a_secret_background_result_reaches_the_model_masked() -> None:
     async with Session(secret_state(), clock=ManualClock()) as session:
         session.background(Resolver.fetch("card", card_lookup))
-        ctx = await session.user_turn("what card do you have on file?")
+        ctx = await session.conversation.user_turn("what card do you have on file?")
         (delivered,) = ctx.deliveries
         assert delivered.secret
         assert delivered.value == "***"
@@ -74,7 +74,7 @@ async def test_a_custom_result_formatter_never_sees_a_secret_value() -> None:
 
     async with Session(secret_state(), clock=ManualClock(), result_formatter=formatter) as s:
         s.background(Resolver.fetch("card", card_lookup))
-        ctx = await s.user_turn("and?")
+        ctx = await s.conversation.user_turn("and?")
     assert seen == ["***"]
     assert ctx.deliveries[0].response == {"value": "***"}
 
@@ -90,7 +90,7 @@ async def test_a_ground_that_reads_a_secret_key_is_refused_when_the_flow_starts(
     async with Session(state, clock=ManualClock()) as session:
         with pytest.raises(FlowError, match=r"'card:number'.*secret"):
             session.run_flow(plan)
-        ctx = await session.user_turn("hello")  # the session is not wedged
+        ctx = await session.conversation.user_turn("hello")  # the session is not wedged
         assert ctx.turn.number == 1
 
 
@@ -111,7 +111,7 @@ async def test_a_key_made_secret_after_the_flow_started_drops_the_line_not_the_t
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(plan)
         state.policy("card:*", secret=True)
-        ctx = await session.user_turn("go ahead")
+        ctx = await session.conversation.user_turn("go ahead")
         assert ctx.postures == ("Confirm the payment.",)
         assert ctx.grounds == ()
         assert CARD not in ctx.full_prompt

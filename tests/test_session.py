@@ -521,11 +521,13 @@ async def test_dispatch_refuses_bad_arguments_and_leaves_the_state_untouched() -
     async with Session(state, clock=clock) as session:
         before = fingerprint(state)
         with pytest.raises(ResolverDefinitionError):
-            session.dispatch(Resolver.fetch("lookup", probe), on_conflict="newest")  # type: ignore[arg-type]
+            # type: ignore[arg-type]
+            session.dispatch(Resolver.fetch("lookup", probe), on_conflict="newest")
         with pytest.raises(TypeError):
             session.dispatch(probe)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            session.background(Resolver.fetch("lookup", probe), "not callable")  # type: ignore[arg-type]
+            # type: ignore[arg-type]
+            session.background(Resolver.fetch("lookup", probe), "not callable")
         await clock.advance(0)
         assert fingerprint(state) == before
         assert session.active_count == 0

@@ -56,7 +56,7 @@ async def test_a_session_started_in_one_task_is_closed_from_another() -> None:
         await started.wait()
         await clock.advance(0)
         assert state.get("lookup:status") == "running"
-        ctx = await session.user_turn("hello")  # usable from any task of the loop
+        ctx = await session.conversation.user_turn("hello")  # usable from any task of the loop
         assert ctx.turn.number == 1
         stop.set()
     assert state.get("lookup:status") == "cancelled"  # exactly one terminal status
@@ -245,11 +245,11 @@ async def test_a_result_committed_but_never_handed_over_is_delivered_once_after_
     async with Session(State(store=store), clock=clock) as first:
         first.background(Resolver.fetch("tables", _answer({"free": 2})), scheduling="when_idle")
         await clock.advance(0)
-        assert len(first.inbox) == 1  # committed; the process dies before any context
+        assert len(first.conversation.inbox) == 1  # committed; the process dies before any context
         crashed = store.copy()
 
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        ctx = await second.user_turn("hello?")
+        ctx = await second.conversation.user_turn("hello?")
         assert [(d.name, d.value, d.scheduling.value) for d in ctx.deliveries] == [
             ("tables", {"free": 2}, "when_idle")
         ]
@@ -258,7 +258,7 @@ async def test_a_result_committed_but_never_handed_over_is_delivered_once_after_
         again = crashed.copy()
 
     async with Session(State(store=again), clock=ManualClock()) as third:
-        assert (await third.user_turn("and?")).deliveries == ()  # exactly once
+        assert (await third.conversation.user_turn("and?")).deliveries == ()  # exactly once
 
 
 async def test_a_result_handed_over_before_the_crash_is_not_delivered_again() -> None:
@@ -267,10 +267,10 @@ async def test_a_result_handed_over_before_the_crash_is_not_delivered_again() ->
     async with Session(State(store=store), clock=clock) as first:
         first.background(Resolver.fetch("tables", _answer(1)))
         await clock.advance(0)
-        first.context_now().handed_over()
+        first.conversation.context_now().handed_over()
         crashed = store.copy()
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        assert second.context_now().deliveries == ()
+        assert second.conversation.context_now().deliveries == ()
 
 
 async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> None:
@@ -279,12 +279,12 @@ async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> No
     async with Session(State(store=store), clock=clock) as first:
         first.background(Resolver.fetch("tables", _answer(1)))
         await clock.advance(0)
-        ctx = first.context_now()
+        ctx = first.conversation.context_now()
         ctx.handed_over()
-        first.redeliver(*ctx.deliveries)  # the bot was cut off: not heard after all
+        first.conversation.redeliver(*ctx.deliveries)  # the bot was cut off: not heard after all
         crashed = store.copy()
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        assert [d.name for d in second.context_now().deliveries] == ["tables"]
+        assert [d.name for d in second.conversation.context_now().deliveries] == ["tables"]
 
 
 # -- the testing kit ------------------------------------------------------------------------------
@@ -293,7 +293,9 @@ async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> No
 async def test_background_work_that_needs_no_time_lands_within_the_turn() -> None:
     async with Session(State(), clock=ManualClock()) as session:
         session.background(Resolver.fetch("tables", _answer({"free": 2})))
-        ctx = await session.user_turn("any tables?")  # no settle() or advance(0) needed
+        ctx = await session.conversation.user_turn(
+            "any tables?"
+        )  # no settle() or advance(0) needed
         assert [d.name for d in ctx.deliveries] == ["tables"]
 
 
@@ -325,11 +327,11 @@ def test_a_sync_function_given_to_fetch_is_refused_when_the_resolver_is_built() 
 async def test_a_resumed_call_keeps_counting_its_turns() -> None:
     store = MemoryStore()
     async with Session(State(store=store), clock=ManualClock()) as first:
-        await first.user_turn("hello")
-        await first.user_turn("four people")
+        await first.conversation.user_turn("hello")
+        await first.conversation.user_turn("four people")
         crashed = store.copy()
     state = State(store=crashed)
     async with Session(state, clock=ManualClock()) as second:
-        ctx = await second.user_turn("are you still there?")
+        ctx = await second.conversation.user_turn("are you still there?")
         assert ctx.turn.number == 3
         assert state.get("session:turn") == 3

@@ -113,7 +113,7 @@ async def test_a_turn_is_redacted_recorded_and_its_keys_last_one_turn() -> None:
     clock = ManualClock()
 
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("peek")
             .field(
                 "x",
@@ -122,29 +122,31 @@ async def test_a_turn_is_redacted_recorded_and_its_keys_last_one_turn() -> None:
             .build()
         )
         state.set("temp:scratch", 1)
-        ctx = await session.user_turn("card 4111 1111 1111 1111, account 12345678 for 2")
+        ctx = await session.conversation.user_turn(
+            "card 4111 1111 1111 1111, account 12345678 for 2"
+        )
         heard = "card [card ending 1111], account [redacted number] for 2"
         assert ctx.turn.text == heard
         assert ctx.turn.number == 1
         assert ctx.turn.at == clock.time()
         assert seen == [(heard, 1)]  # the extractor saw the turn keys during the turn
-        assert [t.text for t in session.transcript] == [heard]
+        assert [t.text for t in session.conversation.transcript] == [heard]
         assert state.get("session:turn") == 1
         assert state.keys("turn:") == []
         assert state.keys("temp:") == []
-        await session.user_turn("again")
-        assert [t.number for t in session.transcript] == [1, 2]
+        await session.conversation.user_turn("again")
+        assert [t.number for t in session.conversation.transcript] == [1, 2]
         assert state.get("session:turn") == 2
 
 
 async def test_redaction_can_be_turned_off_or_replaced() -> None:
     async with Session(State(), redact=None) as session:
-        ctx = await session.user_turn("4111 1111 1111 1111")
+        ctx = await session.conversation.user_turn("4111 1111 1111 1111")
         assert ctx.turn.text == "4111 1111 1111 1111"
     async with Session(State(), redact=str.upper) as session:
-        ctx = await session.user_turn("hello")
+        ctx = await session.conversation.user_turn("hello")
         assert ctx.turn.text == "HELLO"
-        assert session.transcript[0].text == "HELLO"
+        assert session.conversation.transcript[0].text == "HELLO"
 
 
 async def test_bad_arguments_are_refused() -> None:
@@ -152,14 +154,14 @@ async def test_bad_arguments_are_refused() -> None:
         Session(State(), redact="yes")  # type: ignore[arg-type]
     async with Session(State()) as session:
         with pytest.raises(TypeError, match="transcript text"):
-            await session.user_turn(b"hi")  # type: ignore[arg-type]
+            await session.conversation.user_turn(b"hi")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="add_extractor takes an extractor"):
-            session.add_extractor(integer())  # type: ignore[arg-type]
+            session.conversation.add_extractor(integer())  # type: ignore[arg-type]
         extractor = size_extractor()
-        session.add_extractor(extractor)
+        session.conversation.add_extractor(extractor)
         with pytest.raises(SessionError, match="'b' is already added"):
-            session.add_extractor(extractor)
-        assert session.transcript == []
+            session.conversation.add_extractor(extractor)
+        assert session.conversation.transcript == []
 
 
 # -- extractors in the session -----------------------------------------------------------------
@@ -169,9 +171,9 @@ async def test_extractors_run_each_turn_with_provenance() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
         extractor = size_extractor()
-        session.add_extractor(extractor)
-        await session.user_turn("hello")
-        await session.user_turn("four people")
+        session.conversation.add_extractor(extractor)
+        await session.conversation.user_turn("hello")
+        await session.conversation.user_turn("four people")
         assert state.get("b:size") == 4
         prov = state.provenance("b:size")
         assert prov is not None
@@ -185,9 +187,11 @@ async def test_window_reads_the_last_turns_of_the_session_transcript() -> None:
     heard: list[str] = []
 
     async with Session(state) as session:
-        session.add_extractor(Extract("spy").field("x", Probe(heard.append)).window(2).build())
+        session.conversation.add_extractor(
+            Extract("spy").field("x", Probe(heard.append)).window(2).build()
+        )
         for text in ["one", "two", "three"]:
-            await session.user_turn(text)
+            await session.conversation.user_turn(text)
     assert heard == ["one", "one two", "two three"]
 
 
@@ -196,29 +200,29 @@ async def test_every_n_turns() -> None:
     state = State()
 
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("c")
             .field("x", Probe(lambda t: runs.append(state.get("session:turn"))))
             .trigger(Trigger.every(2))
             .build()
         )
         for i in range(5):
-            await session.user_turn(f"turn {i}")
+            await session.conversation.user_turn(f"turn {i}")
     assert runs == [2, 4]
 
 
 async def test_after_tool_runs_on_tool_ok_only() -> None:
     state = State()
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("ref")
             .field("code", regex(r"[A-Z]{2}\d{4}"))
             .trigger(Trigger.after_tool())
             .build()
         )
-        await session.user_turn("my reference is AB1234")
+        await session.conversation.user_turn("my reference is AB1234")
         assert not state.contains("ref:code")  # not on turns
-        await session.tool_ok("lookup")
+        await session.conversation.tool_ok("lookup")
         assert state.get("ref:code") == "AB1234"
 
 
@@ -252,17 +256,17 @@ async def test_on_step_change_rereads_only_what_was_said_after_the_question(
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.add_extractor(answer.build())
-        session.add_extractor(size_extractor())
+        session.conversation.add_extractor(answer.build())
+        session.conversation.add_extractor(size_extractor())
         runner = session.run_flow(plan)
         state.set("tables:result", {"free": 3})
-        ctx = await session.user_turn("yes, four people")  # said in one breath
+        ctx = await session.conversation.user_turn("yes, four people")  # said in one breath
         assert runner.active_steps == ["confirm"]
         await clock.advance(0)
         assert not state.contains("b:ok")  # before the question: never an answer
         ctx.handed_over()  # the read-back reaches the model
         state.remove("tables:result")  # refreshed just now: the step waits for it
-        await session.user_turn("yes, that's right")
+        await session.conversation.user_turn("yes, that's right")
         assert not state.contains("b:ok")  # the step was not active
         state.set("tables:result", {"free": 2})
         await clock.advance(0)  # active again: the turns said after the read-back are re-read
@@ -290,21 +294,21 @@ async def test_on_complete_in_call_mode_is_seen_by_the_flow_on_the_same_turn() -
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("b")
             .field("size", integer_near(["people"]))
             .on_complete(Resolver.fetch("check", check), "call")
             .build()
         )
         session.run_flow(plan)
-        ctx = await session.user_turn("three people")
+        ctx = await session.conversation.user_turn("three people")
         assert calls == [3]
         assert ctx.postures == ("Next.",)
-        await session.user_turn("three people")  # still complete: not again
+        await session.conversation.user_turn("three people")  # still complete: not again
         assert calls == [3]
         state.remove("b:size")
-        await session.user_turn("hm")  # lost ...
-        await session.user_turn("five people")  # ... and found again: runs again
+        await session.conversation.user_turn("hm")  # lost ...
+        await session.conversation.user_turn("five people")  # ... and found again: runs again
         assert calls == [3, 5]
 
 
@@ -317,13 +321,13 @@ async def test_on_complete_dispatch_returns_at_once() -> None:
         return "done"
 
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("b")
             .field("size", integer())
             .on_complete(Resolver.fetch("slow", slow), "dispatch")
             .build()
         )
-        await session.user_turn("2")
+        await session.conversation.user_turn("2")
         assert state.get("slow:status") == "running"
         await clock.advance(5)
         assert state.get("slow:result") == "done"
@@ -339,9 +343,9 @@ async def test_a_broken_extractor_does_not_break_the_turn() -> None:
     state.receiver_failed.connect(on_failure)
     broken = integer().map(lambda v: 1 / 0)
     async with Session(state) as session:
-        session.add_extractor(Extract("broken").field("x", broken).build())
-        session.add_extractor(size_extractor())
-        ctx = await session.user_turn("2 people")
+        session.conversation.add_extractor(Extract("broken").field("x", broken).build())
+        session.conversation.add_extractor(size_extractor())
+        ctx = await session.conversation.user_turn("2 people")
         assert ctx.turn.number == 1
         assert state.get("b:size") == 2  # the next extractor still ran
     assert [type(e) for e in failures] == [ZeroDivisionError]
@@ -353,9 +357,9 @@ async def test_a_broken_extractor_does_not_break_the_turn() -> None:
 async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> None:
     state = State()
     async with Session(state, tools=["book", "transfer"]) as session:
-        session.add_extractor(size_extractor())
+        session.conversation.add_extractor(size_extractor())
         runner = session.run_flow(booking_plan())
-        first = await session.user_turn("hi")
+        first = await session.conversation.user_turn("hi")
         assert first.postures == ("Ask how many people.",)
         assert first.grounds == ("Size: unknown.",)
         assert first.unmet == ("book", "bye")
@@ -370,16 +374,16 @@ async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> N
         assert first.prompt == "\n".join(first.lines)
         assert str(first) == first.prompt
 
-        again = await session.user_turn("hmm")
+        again = await session.conversation.user_turn("hmm")
         assert again.lines == ()  # nothing new
         assert again.all_lines == first.all_lines
 
-        sized = await session.user_turn("four people")
+        sized = await session.conversation.user_turn("four people")
         assert runner.active_steps == ["confirm"]
         assert sized.lines == ("Ask for a yes.", "Booking for 4.")
 
         state.set("b:size", 5)
-        changed = session.context_now()
+        changed = session.conversation.context_now()
         assert changed.lines == ("Booking for 5.",)  # a changed ground is said again
         assert changed.turn.number == 3  # between turns: the last turn
 
@@ -387,7 +391,7 @@ async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> N
 async def test_context_now_before_any_turn() -> None:
     async with Session(State()) as session:
         session.run_flow(booking_plan())
-        ctx = session.context_now()
+        ctx = session.conversation.context_now()
         assert ctx.turn.number == 0
         assert ctx.postures == ("Ask how many people.",)
 
@@ -408,10 +412,10 @@ async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
         session.background(lookup(clock), scheduling=scheduling)
-        ctx = await session.user_turn("first")
+        ctx = await session.conversation.user_turn("first")
         assert ctx.deliveries == ()
         await clock.advance(1)
-        ctx = await session.user_turn("second")
+        ctx = await session.conversation.user_turn("second")
         assert [(r.name, r.value, r.scheduling.value) for r in ctx.deliveries] == [
             ("lookup", {"from": "lookup"}, scheduling)
         ]
@@ -423,9 +427,9 @@ async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -
                 f"Background result ({scheduling}) from lookup: "
                 '{"resolver": "lookup", "result": {"from": "lookup"}, "status": "completed"}'
             ]
-        third = await session.user_turn("third")
+        third = await session.conversation.user_turn("third")
         assert third.deliveries == ()
-        assert session.take_deliveries() == []
+        assert session.conversation.take_deliveries() == []
 
 
 async def test_an_interrupt_result_is_spoken_at_once_with_on_delivery() -> None:
@@ -436,7 +440,7 @@ async def test_an_interrupt_result_is_spoken_at_once_with_on_delivery() -> None:
         session.background(lookup(clock, "later"), scheduling="when_idle")
         await clock.advance(1)
         assert [r.name for r in spoken] == ["urgent"]
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert [r.name for r in ctx.deliveries] == ["later"]
 
 
@@ -452,7 +456,7 @@ async def test_flow_background_actions_are_delivered_through_the_turn() -> None:
     async with Session(State(), clock=clock) as session:
         runner = session.run_flow(plan)
         await clock.advance(1)
-        ctx = await session.user_turn("hello")
+        ctx = await session.conversation.user_turn("hello")
         assert [r.value for r in ctx.deliveries] == [{"from": "lookup"}]
         assert runner.take_deliveries() == []
 
@@ -475,37 +479,37 @@ async def test_results_landing_during_an_interruption_advance_the_flow_and_wait(
         runner = session.run_flow(plan)
         session.background(lookup(clock, "urgent"), scheduling="interrupt")
         session.background(lookup(clock, "idle"), scheduling="when_idle")
-        session.begin_interruption()
-        assert session.interrupting
+        session.conversation.begin_interruption()
+        assert session.conversation.interrupting
         await clock.advance(1)
         # Landed while the caller talks: the State and the flow have them ...
         assert state.get("urgent:result") == {"from": "urgent"}
         assert runner.is_complete
         # ... but nothing was spoken over the caller.
         assert spoken == []
-        session.end_interruption()  # the caller's words follow as a turn
-        assert not session.interrupting
+        session.conversation.end_interruption()  # the caller's words follow as a turn
+        assert not session.conversation.interrupting
         await clock.advance(0)
         assert spoken == []  # not spoken just before the caller's own question
-        ctx = await session.user_turn("sorry, go on")
+        ctx = await session.conversation.user_turn("sorry, go on")
         # That turn's context carries both: the model answers once.
         assert sorted(r.name for r in ctx.deliveries) == ["idle", "urgent"]
-        session.begin_interruption()
-        session.end_interruption()
+        session.conversation.begin_interruption()
+        session.conversation.end_interruption()
         await clock.advance(0)
         assert spoken == []
-        assert session.take_deliveries() == []  # never twice
+        assert session.conversation.take_deliveries() == []  # never twice
 
 
 async def test_without_on_delivery_held_results_wait_for_the_next_turn() -> None:
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
         session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        session.begin_interruption()
+        session.conversation.begin_interruption()
         await clock.advance(1)
-        session.end_interruption()
+        session.conversation.end_interruption()
         await clock.advance(0)
-        ctx = await session.user_turn("go on")
+        ctx = await session.conversation.user_turn("go on")
         assert [r.name for r in ctx.deliveries] == ["urgent"]
 
 
@@ -522,15 +526,17 @@ async def test_a_result_from_another_thread_during_a_turn_is_delivered_once() ->
     slow_plan = Flow("f", [Step("wait", done=is_set("w:result"), posture="Wait.")])
 
     async with Session(state) as session:
-        session.add_extractor(Extract("x").field("y", Probe(lambda t: release.set())).build())
+        session.conversation.add_extractor(
+            Extract("x").field("y", Probe(lambda t: release.set())).build()
+        )
         session.run_flow(slow_plan)
         session.background(Resolver.function("w", work, thread=True))
         with anyio.fail_after(5):
             while not started.is_set():
                 await anyio.lowlevel.checkpoint()
-            first = await session.user_turn("now")
+            first = await session.conversation.user_turn("now")
             await session.wait_idle()
-        second = await session.user_turn("then")
+        second = await session.conversation.user_turn("then")
         delivered = [r.value for r in first.deliveries + second.deliveries]
         assert delivered == ["from a thread"]
         assert state.get("w:result") == "from a thread"
@@ -559,7 +565,7 @@ def test_every_result_is_handed_out_exactly_once(
         session: Session
 
         def speak(result: BackgroundResult) -> None:
-            if session.interrupting:
+            if session.conversation.interrupting:
                 spoken_while_interrupting.append(result.name)
             handed.append(result.name)
 
@@ -570,21 +576,21 @@ def test_every_result_is_handed_out_exactly_once(
                 if event == "advance":
                     await clock.advance(1)
                 elif event == "begin":
-                    session.begin_interruption()
+                    session.conversation.begin_interruption()
                 elif event == "end":
-                    session.end_interruption()
+                    session.conversation.end_interruption()
                     await clock.advance(0)
                 elif event == "turn":
-                    ctx = await session.user_turn("x")
+                    ctx = await session.conversation.user_turn("x")
                     handed.extend(r.name for r in ctx.deliveries)
                 elif event == "take":
-                    handed.extend(r.name for r in session.take_deliveries())
+                    handed.extend(r.name for r in session.conversation.take_deliveries())
                 else:
-                    handed.extend(r.name for r in session.context_now().deliveries)
+                    handed.extend(r.name for r in session.conversation.context_now().deliveries)
             await clock.advance(10)  # everything lands
-            session.end_interruption()
+            session.conversation.end_interruption()
             await clock.advance(0)
-            handed.extend(r.name for r in session.take_deliveries())
+            handed.extend(r.name for r in session.conversation.take_deliveries())
         names = [f"r{i}" for i in range(len(schedules))]
         assert sorted(handed) == sorted(names)  # each exactly once: none lost, none twice
         assert spoken_while_interrupting == []
@@ -620,15 +626,15 @@ async def test_voice_timing_of_active_steps_is_merged_and_published() -> None:
     )
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(plan)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         merged = {"reprompt_after_ms": 5000, "end_of_speech_ms": 900, "interruptible": False}
         assert state.get("session:voice_timing") == merged
         assert ctx.voice_timing == merged
         state.set("b", True)
-        ctx = await session.user_turn("b done")
+        ctx = await session.conversation.user_turn("b done")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 400}
         state.set("a", True)
-        ctx = await session.user_turn("a done")  # "c" has no timing
+        ctx = await session.conversation.user_turn("a done")  # "c" has no timing
         assert ctx.voice_timing is None
         assert not state.contains("session:voice_timing")
 
@@ -645,7 +651,7 @@ async def test_timing_follows_a_step_change_between_turns() -> None:
     )
     async with Session(state, clock=clock) as session:
         session.run_flow(plan)
-        await session.user_turn("hi")
+        await session.conversation.user_turn("hi")
         assert not state.contains("session:voice_timing")
         state.set("a", True)  # a background result, say
         await clock.advance(0)
@@ -655,13 +661,13 @@ async def test_timing_follows_a_step_change_between_turns() -> None:
 async def test_one_of_topics_in_turn_keys_are_gone_after_the_turn() -> None:
     state = State()
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("topic").field_to("t", "turn:topic", one_of(["parking", "menu"])).build()
         )
         seen: list[Any] = []
         plan = Flow("f", [Step("s", done=is_set("turn:topic"), posture="Topic!")])
         runner = session.run_flow(plan)
-        await session.user_turn("is there parking")
+        await session.conversation.user_turn("is there parking")
         seen.append(runner.done_steps)
         assert seen == [["s"]]
         assert not state.contains("turn:topic")
@@ -680,14 +686,14 @@ async def test_a_timer_that_fires_during_an_interruption_is_delivered_once() -> 
     slow = Resolver.fetch("slow", never, timeout=2)
     async with Session(state, clock=clock, on_delivery=spoken.append) as session:
         session.background(slow, scheduling="interrupt")
-        session.begin_interruption()
+        session.conversation.begin_interruption()
         await clock.advance(2)
         assert state.get("slow:status") == "error"
         assert spoken == []
-        session.end_interruption(turn_follows=False)  # a false alarm: spoken now
+        session.conversation.end_interruption(turn_follows=False)  # a false alarm: spoken now
         await clock.advance(0)
         assert [(r.name, r.status) for r in spoken] == [("slow", "error")]
-        ctx = await session.user_turn("and?")
+        ctx = await session.conversation.user_turn("and?")
         assert ctx.deliveries == ()
 
 
@@ -697,8 +703,8 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
 
     faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
     async with Session(State(), clock=ManualClock(), tools=["book"]) as session:
-        session.add_extractor(size_extractor())
-        session.add_extractor(
+        session.conversation.add_extractor(size_extractor())
+        session.conversation.add_extractor(
             Extract("topic").field_to("p", "turn:parking", one_of(["parking"])).build()
         )
         script = ConversationScript(session)
@@ -729,7 +735,7 @@ async def test_the_context_as_json() -> None:
         session.run_flow(booking_plan())
         session.background(lookup(clock), scheduling="when_idle")
         await clock.advance(1)
-        data = (await session.user_turn("hi")).to_dict()
+        data = (await session.conversation.user_turn("hi")).to_dict()
     assert json.loads(json.dumps(data)) == data
     assert data["turn"] == {"number": 1, "text": "hi", "at": clock.time(), "speaker": "user"}
     assert data["status"] == "pending"  # built; handed to the model once the loop says so
@@ -758,11 +764,13 @@ async def test_interruptions_reported_from_another_thread() -> None:
 
     async with Session(State(), clock=clock, on_delivery=speak) as session:
         session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        await anyio.to_thread.run_sync(session.begin_interruption)
+        await anyio.to_thread.run_sync(session.conversation.begin_interruption)
         await clock.advance(1)
         assert spoken == []
-        await anyio.to_thread.run_sync(lambda: session.end_interruption(turn_follows=False))
+        await anyio.to_thread.run_sync(
+            lambda: session.conversation.end_interruption(turn_follows=False)
+        )
         with anyio.fail_after(5):
             await heard.wait()
         assert [r.name for r in spoken] == ["urgent"]
-        assert (await session.user_turn("go on")).deliveries == ()
+        assert (await session.conversation.user_turn("go on")).deliveries == ()

@@ -76,7 +76,8 @@ def test_escaped_braces_around_a_placeholder(state: State) -> None:
 
 def test_static_template_never_reads_the_state() -> None:
     # A template without placeholders has nothing to read; any object will do as the state.
-    assert Template("no {{placeholders}}").render(object()) == "no {placeholders}"  # type: ignore[arg-type]
+    # type: ignore[arg-type]
+    assert Template("no {{placeholders}}").render(object()) == "no {placeholders}"
 
 
 # -- values ---------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import anyio.lowlevel
 import pytest
 
 from slateflow import Flow, Session, State, Step, called_ok, commit, is_true, once
+from slateflow.conversation import ToolResult
 from slateflow.errors import SessionError, ToolCallError
-from slateflow.resolve import ToolResult
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +69,7 @@ async def reply(session: Session, *calls: tuple[str, Any, dict[str, Any]]) -> li
 
     async def one(i: int, tool: str, fn: Any, args: dict[str, Any]) -> None:
         try:
-            results[i] = await session.call_tool(tool, fn, args)
+            results[i] = await session.conversation.call_tool(tool, fn, args)
         except Exception as exc:
             results[i] = exc
 
@@ -109,7 +109,7 @@ async def test_identical_calls_in_one_reply_share_one_execution() -> None:
             results: list[ToolResult] = []
 
             async def call(args: dict[str, Any]) -> None:
-                results.append(await session.call_tool("book_table", desk.book, args))
+                results.append(await session.conversation.call_tool("book_table", desk.book, args))
 
             tg.start_soon(call, {"party": 4, "time": "20:00"})
             tg.start_soon(call, {"time": "20:00", "party": 4})  # same call, keys reordered
@@ -152,7 +152,9 @@ async def test_callers_sharing_a_failed_call_get_a_tool_call_error() -> None:
 
         async def call() -> None:
             try:
-                results.append(await session.call_tool("book_table", desk.book, {"party": 2}))
+                results.append(
+                    await session.conversation.call_tool("book_table", desk.book, {"party": 2})
+                )
             except Exception as exc:
                 results.append(exc)
 
@@ -179,7 +181,7 @@ async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
         release = anyio.Event()
 
         async def first() -> None:
-            async with session.claim("book_table") as call:
+            async with session.conversation.claim("book_table") as call:
                 assert call
                 order.append("first in")
                 inside.set()
@@ -188,7 +190,7 @@ async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
 
         async def second() -> None:
             await inside.wait()
-            async with session.claim("book_table") as call:
+            async with session.conversation.claim("book_table") as call:
                 order.append(f"second {'admitted' if call else 'refused'}")
                 assert "only once" in call.reason
 
@@ -207,13 +209,13 @@ async def test_a_claim_marked_failed_is_not_counted() -> None:
     _, session, (flow, _) = booking()
     async with session:
         runner = session.run_flow(flow)
-        async with session.claim("book_table") as call:
+        async with session.conversation.claim("book_table") as call:
             call.fail()  # no table free: ran, but did not succeed
         assert runner.active_steps == ["collect"]
-        async with session.claim("book_table") as again:
+        async with session.conversation.claim("book_table") as again:
             assert again
         assert runner.is_complete  # counted: collect done, the terminal step reached
-        async with session.claim("book_table") as third:
+        async with session.conversation.claim("book_table") as third:
             assert not third
 
 
@@ -222,10 +224,10 @@ async def test_an_exception_in_a_claim_reports_nothing() -> None:
     async with session:
         runner = session.run_flow(flow)
         with pytest.raises(ValueError, match="card declined"):
-            async with session.claim("book_table"):
+            async with session.conversation.claim("book_table"):
                 raise ValueError("card declined")
         assert runner.active_steps == ["collect"]
-        assert await session.call_tool("book_table", lambda: "booked") == ToolResult(
+        assert await session.conversation.call_tool("book_table", lambda: "booked") == ToolResult(
             "book_table", True, "booked"
         )
 
@@ -237,8 +239,8 @@ async def test_calls_of_an_unlimited_tool_run_concurrently() -> None:
     async with session:
         session.run_flow(flow)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(session.call_tool, "lookup", desk.book, {"party": 1})
-            tg.start_soon(session.call_tool, "lookup", desk.book, {"party": 2})
+            tg.start_soon(session.conversation.call_tool, "lookup", desk.book, {"party": 1})
+            tg.start_soon(session.conversation.call_tool, "lookup", desk.book, {"party": 2})
             while desk.inside < 2:
                 await anyio.lowlevel.checkpoint()
             desk.gate.set()
@@ -250,8 +252,8 @@ async def test_a_refused_call_runs_nothing_and_says_why() -> None:
     ran: list[str] = []
     async with session:
         session.run_flow(flow)
-        result = await session.call_tool("pay", lambda: ran.append("pay"))
-        other = await session.call_tool("transfer", lambda: ran.append("transfer"))
+        result = await session.conversation.call_tool("pay", lambda: ran.append("pay"))
+        other = await session.conversation.call_tool("transfer", lambda: ran.append("transfer"))
     assert ran == []
     assert not result.allowed
     assert "first, 'confirmed' must be true" in result.reason
@@ -263,7 +265,9 @@ async def test_in_observe_mode_a_breach_runs_flagged_and_audited() -> None:
     _, session, (flow, _) = booking()
     async with session:
         runner = session.run_flow(flow, enforcement="observe")
-        result = await session.call_tool("pay", lambda amount: f"paid {amount}", {"amount": 5})
+        result = await session.conversation.call_tool(
+            "pay", lambda amount: f"paid {amount}", {"amount": 5}
+        )
     assert result.allowed
     assert result.violation
     assert result.value == "paid 5"
@@ -272,7 +276,7 @@ async def test_in_observe_mode_a_breach_runs_flagged_and_audited() -> None:
 
 async def test_a_tool_call_with_no_flow_is_admitted() -> None:
     async with Session(State()) as session:
-        result = await session.call_tool("anything", lambda: 42)
+        result = await session.conversation.call_tool("anything", lambda: 42)
     assert result == ToolResult("anything", True, 42)
 
 
@@ -290,4 +294,4 @@ async def test_bad_tool_calls_are_refused_with_a_clear_error(
 ) -> None:
     async with Session(State()) as session:
         with pytest.raises(error, match=r"call_tool|tool"):
-            await session.call_tool(tool, fn, args)
+            await session.conversation.call_tool(tool, fn, args)

@@ -83,7 +83,7 @@ async def cancelled_turn(session: Session, stall: Stall, text: str) -> None:
 
         async def turn() -> None:
             with scope:
-                await session.user_turn(text)
+                await session.conversation.user_turn(text)
 
         tg.start_soon(turn)
         await stall.reached.wait()
@@ -95,20 +95,20 @@ async def test_a_cancelled_turn_leaves_no_turn_keys_and_the_next_turn_acts_on_it
     state = State()
     stall = Stall()
     async with Session(state, clock=ManualClock()) as session:
-        session.add_extractor(topics())  # writes turn:topic:parking
-        session.add_extractor(stall)
+        session.conversation.add_extractor(topics())  # writes turn:topic:parking
+        session.conversation.add_extractor(stall)
         stack = session.run_flow(FlowStack(plan(), [Digression("parking", is_set(
             "turn:topic:parking"), faq())]))  # fmt: skip
         await cancelled_turn(session, stall, "is there parking?")
         assert state.keys("turn:") == []
         assert state.get("session:turn") is None
-        assert session.transcript == []
-        assert [t.text for t in session.cancelled_turns] == ["is there parking?"]
-        ctx = await session.user_turn("a table for four people")
+        assert session.conversation.transcript == []
+        assert [t.text for t in session.conversation.cancelled_turns] == ["is there parking?"]
+        ctx = await session.conversation.user_turn("a table for four people")
         assert stack.overlay is None  # the cancelled turn's topic does not answer this one
         assert ctx.turn.number == 1
         assert state.get("session:turn") == 1
-        assert [t.text for t in session.transcript] == ["a table for four people"]
+        assert [t.text for t in session.conversation.transcript] == ["a table for four people"]
 
 
 async def test_a_cancelled_turn_is_not_counted_by_repair() -> None:
@@ -116,11 +116,11 @@ async def test_a_cancelled_turn_is_not_counted_by_repair() -> None:
     stall = Stall()
     async with Session(state, clock=ManualClock()) as session:
         runner = session.run_flow(plan())
-        await session.user_turn("hmm")
-        session.add_extractor(stall)
+        await session.conversation.user_turn("hmm")
+        session.conversation.add_extractor(stall)
         await cancelled_turn(session, stall, "uh")
         assert not state.get("repair:ask:reprompt", False)
-        ctx = await session.user_turn("what?")
+        ctx = await session.conversation.user_turn("what?")
         assert state.get("repair:ask:reprompt") is True  # two turns stuck, not three
         assert ctx.reprompts
         assert runner.turns == 2
@@ -130,14 +130,16 @@ async def test_a_cancelled_turn_keeps_what_its_extractors_wrote_and_hands_nothin
     state = State()
     stall = Stall()
     async with Session(state, clock=ManualClock()) as session:
-        session.add_extractor(Extract("b").field("size", integer_near(["people"])).build())
-        session.add_extractor(stall)
+        session.conversation.add_extractor(
+            Extract("b").field("size", integer_near(["people"])).build()
+        )
+        session.conversation.add_extractor(stall)
         session.background(Resolver.fetch("tables", _answer))
         await session.clock.advance(0)  # type: ignore[attr-defined]
         await cancelled_turn(session, stall, "four people")
         assert state.get("b:size") == 4  # the caller did say it
-        assert len(session.inbox) == 1  # no context was built: the result still waits
-        ctx = await session.user_turn("so?")
+        assert len(session.conversation.inbox) == 1  # no context was built: the result still waits
+        ctx = await session.conversation.user_turn("so?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
 
 
@@ -185,11 +187,11 @@ async def test_a_flow_that_raises_ends_the_turn_cleanly_and_the_error_reaches_th
         session.run_flow(Broken())  # type: ignore[arg-type]
         state.set("turn:topic", "x")
         with pytest.raises(RuntimeError, match="flow bug"):
-            await session.user_turn("hello")
+            await session.conversation.user_turn("hello")
         assert Broken.aborted
         assert state.keys("turn:") == []
-        assert session.transcript == []
-        ctx = await session.user_turn("hello again")
+        assert session.conversation.transcript == []
+        ctx = await session.conversation.user_turn("hello again")
         assert ctx.turn.number == 1
 
 
@@ -201,19 +203,21 @@ def test_any_mix_of_completed_and_cancelled_turns_leaves_a_clean_call(
     async def main() -> None:
         state = State()
         async with Session(state, clock=ManualClock()) as session:
-            session.add_extractor(topics())
+            session.conversation.add_extractor(topics())
             for i, cancel in enumerate(cancels):
                 if cancel:
                     stall = Stall()
-                    session.add_extractor(stall)
+                    session.conversation.add_extractor(stall)
                     await cancelled_turn(session, stall, f"parking {i}")
-                    session._dialog.hooks.remove(stall)
+                    stall.armed = False  # it stays, passive
                 else:
-                    await session.user_turn(f"turn {i}")
+                    await session.conversation.user_turn(f"turn {i}")
                 assert state.keys("turn:") == []
             said = [f"turn {i}" for i, c in enumerate(cancels) if not c]
-            assert [t.text for t in session.transcript] == said
-            assert [t.number for t in session.transcript] == list(range(1, len(said) + 1))
+            assert [t.text for t in session.conversation.transcript] == said
+            assert [t.number for t in session.conversation.transcript] == list(
+                range(1, len(said) + 1)
+            )
             assert state.get("session:turn") == (len(said) or None)
 
     for backend in ("asyncio", "trio"):

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from helpers import refusal
 from slateflow import (
     Flow,
     ManualClock,
@@ -217,7 +218,7 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
 ) -> None:
     during: list[tuple[Any, Any, Any]] = []
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             probe(
                 "peek",
                 during,
@@ -227,14 +228,14 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
         state.set("temp:scratch", "x")
         state.set("turn:note", "y")
         await clock.advance(3)
-        ctx = await session.user_turn(
+        ctx = await session.conversation.user_turn(
             "my card is 4111 1111 1111 1111 and my account 12345678, for two"
         )
 
         heard = "my card is [card ending 1111] and my account [redacted number], for two"
         assert during == [(heard, heard, 1)]  # the extractor saw the redacted turn and its keys
         assert (ctx.turn.number, ctx.turn.text, ctx.turn.at) == (1, heard, clock.time())
-        assert [(t.number, t.text) for t in session.transcript] == [(1, heard)]
+        assert [(t.number, t.text) for t in session.conversation.transcript] == [(1, heard)]
         assert state.get("session:turn") == 1
         # turn: and temp: last one turn: gone once user_turn returned.
         assert state.keys("turn:") == []
@@ -244,10 +245,10 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
         assert "4111" not in journal
         assert "12345678" not in journal
 
-        ctx = await session.user_turn("and a high chair")
+        ctx = await session.conversation.user_turn("and a high chair")
         assert ctx.turn.number == 2
         assert during[-1] == ("and a high chair", "and a high chair", 2)
-        assert [t.number for t in session.transcript] == [1, 2]
+        assert [t.number for t in session.conversation.transcript] == [1, 2]
         assert state.get("session:turn") == 2
         assert not state.contains("turn:user")
 
@@ -262,13 +263,13 @@ async def test_a_flow_sees_turn_keys_during_the_turn_only(state: State) -> None:
         ],
     )
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("topic").field_to("parking", "turn:parking", one_of(["parking"])).build()
         )
         runner = session.run_flow(plan)
-        first = await session.user_turn("hello")
+        first = await session.conversation.user_turn("hello")
         assert first.postures == ("Listen.",)
-        second = await session.user_turn("is there parking?")
+        second = await session.conversation.user_turn("is there parking?")
         assert second.postures == ("Parking is free.",)  # the guard saw turn:parking in the turn
         assert runner.is_complete
         assert not state.contains("turn:parking")
@@ -278,11 +279,11 @@ async def test_a_flow_sees_turn_keys_during_the_turn_only(state: State) -> None:
 async def test_redact_none_keeps_the_words(state: State) -> None:
     seen: list[str] = []
     async with Session(state, redact=None) as session:
-        session.add_extractor(probe("peek", seen).build())
-        ctx = await session.user_turn("card 4111 1111 1111 1111, ref 12345678")
+        session.conversation.add_extractor(probe("peek", seen).build())
+        ctx = await session.conversation.user_turn("card 4111 1111 1111 1111, ref 12345678")
     assert ctx.turn.text == "card 4111 1111 1111 1111, ref 12345678"
     assert seen == ["card 4111 1111 1111 1111, ref 12345678"]
-    assert session.transcript[0].text == "card 4111 1111 1111 1111, ref 12345678"
+    assert session.conversation.transcript[0].text == "card 4111 1111 1111 1111, ref 12345678"
 
 
 @pytest.mark.anyio
@@ -295,15 +296,15 @@ async def test_a_custom_redact_is_what_everything_reads(state: State) -> None:
         return text.replace("Ada", "[name]")
 
     async with Session(state, redact=mask_names) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             probe("peek", seen, lambda text: (text, state.get("turn:user"))).build()
         )
-        ctx = await session.user_turn("I'm Ada, card 4111 1111 1111 1111")
+        ctx = await session.conversation.user_turn("I'm Ada, card 4111 1111 1111 1111")
     # The custom callable replaces the default: it ran once and the digits stay as said.
     assert calls == ["I'm Ada, card 4111 1111 1111 1111"]
     assert ctx.turn.text == "I'm [name], card 4111 1111 1111 1111"
     assert seen == [(ctx.turn.text, ctx.turn.text)]
-    assert [t.text for t in session.transcript] == [ctx.turn.text]
+    assert [t.text for t in session.conversation.transcript] == [ctx.turn.text]
 
 
 # -- 2. extractors in a session -------------------------------------------------------------------
@@ -313,15 +314,15 @@ async def test_a_custom_redact_is_what_everything_reads(state: State) -> None:
 async def test_extractors_run_each_turn_with_extraction_provenance(state: State) -> None:
     async with Session(state) as session:
         extractor = sizes()
-        session.add_extractor(extractor)
-        await session.user_turn("hello")
+        session.conversation.add_extractor(extractor)
+        await session.conversation.user_turn("hello")
         assert not state.contains("b:size")
-        await session.user_turn("four people please")
+        await session.conversation.user_turn("four people please")
         assert state.get("b:size") == 4
         prov = state.provenance("b:size")
         assert prov is not None
         assert (prov.source, prov.writer) == ("extraction", "b")
-        await session.user_turn("no, six people")  # keep_known: the first size stays
+        await session.conversation.user_turn("no, six people")  # keep_known: the first size stays
         assert state.get("b:size") == 4
     assert [r.written for r in extractor.history] == [{}, {"b:size": 4}, {}]
     assert extractor.history[2].decisions[0].reason == "keep_known: 'b:size' is already known (4)"
@@ -331,10 +332,10 @@ async def test_extractors_run_each_turn_with_extraction_provenance(state: State)
 async def test_extractors_run_in_the_order_added_each_reading_the_turn(state: State) -> None:
     order: list[str] = []
     async with Session(state) as session:
-        session.add_extractor(probe("first", order, lambda t: f"first:{t}").build())
-        session.add_extractor(probe("second", order, lambda t: f"second:{t}").build())
-        await session.user_turn("a")
-        await session.user_turn("b")
+        session.conversation.add_extractor(probe("first", order, lambda t: f"first:{t}").build())
+        session.conversation.add_extractor(probe("second", order, lambda t: f"second:{t}").build())
+        await session.conversation.user_turn("a")
+        await session.conversation.user_turn("b")
     assert order == ["first:a", "second:a", "first:b", "second:b"]
 
 
@@ -343,10 +344,10 @@ async def test_window_reads_the_last_n_redacted_turns(state: State) -> None:
     two: list[str] = []
     three: list[str] = []
     async with Session(state) as session:
-        session.add_extractor(probe("two", two).window(2).build())
-        session.add_extractor(probe("three", three).window(3).build())
+        session.conversation.add_extractor(probe("two", two).window(2).build())
+        session.conversation.add_extractor(probe("three", three).window(3).build())
         for text in ["one", "card 4111 1111 1111 1111", "three", "four"]:
-            await session.user_turn(text)
+            await session.conversation.user_turn(text)
     assert two == [
         "one",
         "one card [card ending 1111]",
@@ -364,12 +365,12 @@ async def test_window_reads_the_last_n_redacted_turns(state: State) -> None:
 @pytest.mark.anyio
 async def test_a_window_joins_a_value_said_across_turns(state: State) -> None:
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("b").field("size", integer_near(["people"], distance=1)).window(2).build()
         )
-        await session.user_turn("we are four")
+        await session.conversation.user_turn("we are four")
         assert not state.contains("b:size")
-        await session.user_turn("people")
+        await session.conversation.user_turn("people")
         assert state.get("b:size") == 4
 
 
@@ -377,14 +378,14 @@ async def test_a_window_joins_a_value_said_across_turns(state: State) -> None:
 async def test_every_2_runs_on_turns_2_and_4_only(state: State) -> None:
     runs: list[Any] = []
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             probe("slow", runs, lambda text: (state.get("session:turn"), text))
             .window(2)
             .trigger(Trigger.every(2))
             .build()
         )
         for i in range(1, 6):
-            await session.user_turn(f"t{i}")
+            await session.conversation.user_turn(f"t{i}")
     assert runs == [(2, "t1 t2"), (4, "t3 t4")]
 
 
@@ -393,17 +394,19 @@ async def test_after_tool_runs_on_tool_ok_and_not_on_turns(state: State) -> None
     only_tool: list[str] = []
     both: list[str] = []
     async with Session(state) as session:
-        session.add_extractor(probe("tool", only_tool).trigger(Trigger.after_tool()).build())
-        session.add_extractor(
+        session.conversation.add_extractor(
+            probe("tool", only_tool).trigger(Trigger.after_tool()).build()
+        )
+        session.conversation.add_extractor(
             probe("both", both).trigger(Trigger.every_turn(), Trigger.after_tool()).build()
         )
-        await session.tool_ok("lookup")  # no turn yet: nothing to read
+        await session.conversation.tool_ok("lookup")  # no turn yet: nothing to read
         assert (only_tool, both) == ([], [])
-        await session.user_turn("my reference is AB1234")
-        await session.user_turn("did you find it")
+        await session.conversation.user_turn("my reference is AB1234")
+        await session.conversation.user_turn("did you find it")
         assert only_tool == []
         assert both == ["my reference is AB1234", "did you find it"]
-        await session.tool_ok("lookup")
+        await session.conversation.tool_ok("lookup")
         assert only_tool == ["did you find it"]
         assert both == ["my reference is AB1234", "did you find it", "did you find it"]
 
@@ -411,12 +414,12 @@ async def test_after_tool_runs_on_tool_ok_and_not_on_turns(state: State) -> None
 @pytest.mark.anyio
 async def test_after_tool_writes_what_the_turn_did_not(state: State) -> None:
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("ref").field("n", integer()).trigger(Trigger.after_tool()).build()
         )
-        await session.user_turn("ticket 42")
+        await session.conversation.user_turn("ticket 42")
         assert not state.contains("ref:n")
-        await session.tool_ok("lookup")
+        await session.conversation.tool_ok("lookup")
         assert state.get("ref:n") == 42
         prov = state.provenance("ref:n")
         assert prov is not None
@@ -429,12 +432,12 @@ async def test_a_yes_said_before_the_read_back_is_not_re_read_when_confirm_is_en
 ) -> None:
     yes = answers(Trigger.every_turn(), Trigger.on_step_change())
     async with Session(state, clock=clock) as session:
-        session.add_extractor(yes)  # runs before the size is known ...
-        session.add_extractor(sizes())  # ... which enters the confirm step
+        session.conversation.add_extractor(yes)  # runs before the size is known ...
+        session.conversation.add_extractor(sizes())  # ... which enters the confirm step
         runner = session.run_flow(booking())
         await settle()  # entering 'ask' at the start: nothing said yet, nothing read
         assert yes.history == []
-        ctx = await session.user_turn("yes, four people")  # said in one breath
+        ctx = await session.conversation.user_turn("yes, four people")  # said in one breath
         assert runner.active_steps == ["confirm"]
         assert ctx.postures == (CONFIRM,)
         await settle()  # the step change does not re-read it: the question was never asked
@@ -444,7 +447,7 @@ async def test_a_yes_said_before_the_read_back_is_not_re_read_when_confirm_is_en
 
         ctx.handed_over()  # the model reads the booking back ...
         assert runner.told_steps == ["confirm"]
-        await session.user_turn("yes")  # ... and this yes answers it
+        await session.conversation.user_turn("yes")  # ... and this yes answers it
         assert state.get("b:ok") is True
         assert runner.active_steps == ["book"]
 
@@ -454,10 +457,10 @@ async def test_without_on_step_change_the_early_yes_is_lost(
     clock: ManualClock, state: State
 ) -> None:
     async with Session(state, clock=clock) as session:
-        session.add_extractor(answers())
-        session.add_extractor(sizes())
+        session.conversation.add_extractor(answers())
+        session.conversation.add_extractor(sizes())
         runner = session.run_flow(booking())
-        await session.user_turn("yes, four people")
+        await session.conversation.user_turn("yes, four people")
         await settle()
         assert not state.contains("b:ok")
         assert runner.active_steps == ["confirm"]
@@ -467,17 +470,17 @@ async def test_without_on_step_change_the_early_yes_is_lost(
 async def test_on_step_change_alone_does_not_run_on_turns(clock: ManualClock, state: State) -> None:
     yes = answers(Trigger.on_step_change())
     async with Session(state, clock=clock) as session:
-        session.add_extractor(sizes())
-        session.add_extractor(yes)
+        session.conversation.add_extractor(sizes())
+        session.conversation.add_extractor(yes)
         runner = session.run_flow(booking())
         await settle()
-        await session.user_turn("hello")
+        await session.conversation.user_turn("hello")
         await settle()
         assert yes.history == []  # no step entered, no run
-        await session.user_turn("four people")
+        await session.conversation.user_turn("four people")
         await settle()
         assert yes.history == []  # confirm entered, but its question was never asked
-        await session.user_turn("yes")
+        await session.conversation.user_turn("yes")
         await settle()
         assert yes.history == []  # a turn alone does not run it
         assert not state.contains("b:ok")
@@ -494,20 +497,22 @@ async def test_a_turn_key_from_an_on_step_change_re_read_does_not_reach_the_next
         [Step("ask", done=captured("b:size")), Step("next", after=["ask"], done=is_true("x"))],
     )
     async with Session(state) as session:
-        session.add_extractor(sizes())
-        session.add_extractor(
+        session.conversation.add_extractor(sizes())
+        session.conversation.add_extractor(
             Extract("topic")
             .field_to("parking", "turn:parking", one_of(["parking"]))
             .trigger(Trigger.every_turn(), Trigger.on_step_change())
             .build()
         )
-        session.add_extractor(probe("peek", seen, lambda t: state.get("turn:parking")).build())
+        session.conversation.add_extractor(
+            probe("peek", seen, lambda t: state.get("turn:parking")).build()
+        )
         session.run_flow(plan)
         await settle()
-        await session.user_turn("four people, and is there parking?")
+        await session.conversation.user_turn("four people, and is there parking?")
         assert seen == ["parking"]
         await settle()  # 'next' was entered: the topic extractor re-reads that turn
-        await session.user_turn("thanks")
+        await session.conversation.user_turn("thanks")
         assert seen == ["parking", None]  # nothing about parking was said this turn
 
 
@@ -524,7 +529,7 @@ async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
         ],
     )
     async with Session(state) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .field("day", one_of(["friday", "saturday"]))
@@ -532,11 +537,11 @@ async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
             .build()
         )
         session.run_flow(plan)
-        first = await session.user_turn("four people")
+        first = await session.conversation.user_turn("four people")
         assert check.call_count == 0  # one field still unknown
         assert first.postures == ("Collect the details.",)
 
-        second = await session.user_turn("on saturday")
+        second = await session.conversation.user_turn("on saturday")
         assert check.call_count == 1
         assert state.get("availability:result") == {"open": True}
         assert second.postures == ("Offer the table.",)  # the same turn saw the result
@@ -544,12 +549,12 @@ async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
         assert check.calls[0].saw("slots:size")
         assert check.calls[0].saw("slots:day")
 
-        await session.user_turn("saturday, four people")  # still complete: not again
+        await session.conversation.user_turn("saturday, four people")  # still complete: not again
         assert check.call_count == 1
         state.remove("slots:day")
-        await session.user_turn("hmm")  # lost ...
+        await session.conversation.user_turn("hmm")  # lost ...
         assert check.call_count == 1
-        await session.user_turn("friday then")  # ... and found again
+        await session.conversation.user_turn("friday then")  # ... and found again
         assert check.call_count == 2
         assert state.get("slots:day") == "friday"
 
@@ -567,14 +572,14 @@ async def test_on_complete_dispatch_does_not_hold_the_turn(
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .on_complete(Resolver.fetch("availability", check), "dispatch")
             .build()
         )
         runner = session.run_flow(plan)
-        ctx = await session.user_turn("two people")
+        ctx = await session.conversation.user_turn("two people")
         assert state.get("availability:status") == "running"
         assert ctx.postures == ("Collect.",)  # the turn did not wait
         await settle()
@@ -583,7 +588,7 @@ async def test_on_complete_dispatch_does_not_hold_the_turn(
         await settle()
         assert state.get("availability:result") == {"open": False}
         assert runner.is_complete
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.deliveries == ()  # dispatch mode delivers nothing to the model
 
 
@@ -593,7 +598,7 @@ async def test_on_complete_background_result_reaches_the_next_turn(
 ) -> None:
     check = fake_fetch()
     async with Session(state, clock=clock) as session:
-        session.add_extractor(
+        session.conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .on_complete(
@@ -601,11 +606,11 @@ async def test_on_complete_background_result_reaches_the_next_turn(
             )
             .build()
         )
-        await session.user_turn("two people")
+        await session.conversation.user_turn("two people")
         await settle()
         check.complete({"open": True})
         await settle()
-        ctx = await session.user_turn("well?")
+        ctx = await session.conversation.user_turn("well?")
         assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
             ("availability", {"open": True}, Scheduling.INTERRUPT)
         ]
@@ -621,17 +626,17 @@ async def test_a_broken_extractor_is_reported_and_the_turn_goes_on(
     good = sizes()
     plan = Flow("f", [Step("ask", done=captured("b:size"), posture="Ask.")])
     async with Session(state) as session:
-        session.add_extractor(bad)
-        session.add_extractor(good)
+        session.conversation.add_extractor(bad)
+        session.conversation.add_extractor(good)
         runner = session.run_flow(plan)
         with caplog.at_level(logging.ERROR, logger="slateflow.resolve"):
-            ctx = await session.user_turn("2 people")
+            ctx = await session.conversation.user_turn("2 people")
         assert ctx.turn.number == 1
         assert state.get("b:size") == 2  # the extractor after it still ran
         assert runner.is_complete  # and the flow advanced
         assert not state.contains("bad:x")
         assert state.keys("turn:") == []
-        await session.user_turn("3 people")  # it is not dropped: it fails again
+        await session.conversation.user_turn("3 people")  # it is not dropped: it fails again
     error = ZeroDivisionError if broken == "mapped" else RuntimeError
     assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [
         (bad, error),
@@ -656,7 +661,7 @@ REFUSE_REFUND_ASK = (
 async def test_the_context_of_a_first_turn(state: State) -> None:
     async with Session(state, tools=["transfer", "book"]) as session:
         session.run_flow(booking())
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
     assert ctx.postures == (ASK,)
     assert ctx.grounds == ("Party size: not given.",)
     assert ctx.reprompts == ()
@@ -680,11 +685,11 @@ async def test_the_context_of_a_first_turn(state: State) -> None:
 async def test_refusals_match_what_the_session_and_flow_say(state: State) -> None:
     async with Session(state, tools=["transfer"]) as session:
         runner = session.run_flow(booking())
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         for tool, reason in ctx.refused.items():
-            assert session.refusal(tool) == reason
+            assert refusal(session, tool) == reason
             assert (runner.admit(tool, record=False).reason or None) == reason
-        assert session.refusal("transfer") is None
+        assert refusal(session, "transfer") is None
 
 
 @pytest.mark.anyio
@@ -711,15 +716,15 @@ async def test_postures_and_grounds_of_every_active_step_in_flow_order(state: St
     async with Session(state) as session:
         session.run_flow(plan)
         session.run_flow(other)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         assert ctx.postures == ("Get the name.", "Get the phone.", "Be brief.")
         assert ctx.grounds == ("Name: unknown.", "Phone known: no.")
         state.set("c:phone", "555")
-        ctx = await session.user_turn("my number is 555")
+        ctx = await session.conversation.user_turn("my number is 555")
         assert ctx.postures == ("Get the name.", "Be brief.")
         assert ctx.grounds == ("Name: unknown.",)
         state.set("c:name", "Ada")
-        ctx = await session.user_turn("Ada")
+        ctx = await session.conversation.user_turn("Ada")
         # Complete: the terminal step's closing words are said.
         assert ctx.postures == ("Thank them.", "Be brief.")
         assert ctx.grounds == ()
@@ -738,15 +743,15 @@ async def test_the_unmet_line_names_required_steps_not_done(state: State) -> Non
     )
     async with Session(state) as session:
         session.run_flow(plan)
-        ctx = await session.user_turn("x")
+        ctx = await session.conversation.user_turn("x")
         assert ctx.unmet == ("b", "a")
         assert "Before finishing, these still need to happen: b, a." in ctx.lines
         state.set("b", True)
-        ctx = await session.user_turn("x")
+        ctx = await session.conversation.user_turn("x")
         assert ctx.unmet == ("a",)
         assert ctx.lines == ("Before finishing, these still need to happen: a.",)
         state.set("a", True)
-        ctx = await session.user_turn("x")
+        ctx = await session.conversation.user_turn("x")
         assert ctx.unmet == ()
         assert not any(x.startswith("Before finishing") for x in ctx.all_lines)
 
@@ -754,36 +759,36 @@ async def test_the_unmet_line_names_required_steps_not_done(state: State) -> Non
 @pytest.mark.anyio
 async def test_lines_are_not_repeated_but_a_changed_ground_is(state: State) -> None:
     async with Session(state, tools=["transfer"]) as session:
-        session.add_extractor(sizes(correctable=True))
+        session.conversation.add_extractor(sizes(correctable=True))
         runner = session.run_flow(booking())
-        first = await session.user_turn("hi")
-        again = await session.user_turn("hmm")
+        first = await session.conversation.user_turn("hi")
+        again = await session.conversation.user_turn("hmm")
         assert again.lines == ()
         assert again.prompt == ""
         assert again.all_lines == first.all_lines  # everything still applies
 
-        sized = await session.user_turn("four people")
+        sized = await session.conversation.user_turn("four people")
         assert runner.active_steps == ["confirm"]
         assert sized.all_lines == (CONFIRM, "Party of 4.", UNMET_BOTH, TOOLS_TRANSFER)
         assert sized.lines == (CONFIRM, "Party of 4.")  # the unmet and tools lines were sent
         assert sized.prompt == f"{CONFIRM}\nParty of 4."
 
-        corrected = await session.user_turn("sorry, five people")
+        corrected = await session.conversation.user_turn("sorry, five people")
         assert corrected.lines == ("Party of 5.",)  # only the changed ground is said again
         assert corrected.all_lines == (CONFIRM, "Party of 5.", UNMET_BOTH, TOOLS_TRANSFER)
 
-        back = await session.user_turn("no, four people")
+        back = await session.conversation.user_turn("no, four people")
         assert back.lines == ("Party of 4.",)  # compared with the previous turn only
 
 
 @pytest.mark.anyio
 async def test_tools_follow_the_active_step(state: State) -> None:
     async with Session(state, tools=["transfer"]) as session:
-        session.add_extractor(sizes())
+        session.conversation.add_extractor(sizes())
         runner = session.run_flow(booking())
-        await session.user_turn("four people")
+        await session.conversation.user_turn("four people")
         state.set("b:ok", True)
-        ctx = await session.user_turn("yes")
+        ctx = await session.conversation.user_turn("yes")
         assert runner.active_steps == ["book"]
         assert ctx.tools == ("transfer", "book")
         assert ctx.refused == {
@@ -795,8 +800,8 @@ async def test_tools_follow_the_active_step(state: State) -> None:
             "Before finishing, these still need to happen: book.",
             "Tools you may call now: transfer, book.",
         )
-        await session.tool_ok("book")
-        ctx = await session.user_turn("thanks")
+        await session.conversation.tool_ok("book")
+        ctx = await session.conversation.user_turn("thanks")
         assert runner.is_complete
         assert ctx.postures == (BYE,)
         assert ctx.unmet == ()
@@ -814,15 +819,15 @@ async def test_context_now_between_turns_takes_deliveries_and_dedupes(
     lookup = fake_fetch()
     async with Session(state, clock=clock, tools=["transfer"]) as session:
         session.run_flow(booking())
-        before = session.context_now()
+        before = session.conversation.context_now()
         assert before.turn.number == 0
         assert before.lines == (ASK, "Party size: not given.", UNMET_BOTH, TOOLS_TRANSFER)
-        await session.user_turn("hi")
+        await session.conversation.user_turn("hi")
         session.background(Resolver.fetch("lookup", lookup))
         await settle()
         lookup.complete({"open": True})
         await settle()
-        now = session.context_now()
+        now = session.conversation.context_now()
         assert now.turn.number == 1
         assert [r.name for r in now.deliveries] == ["lookup"]
         assert now.lines == (
@@ -832,8 +837,8 @@ async def test_context_now_between_turns_takes_deliveries_and_dedupes(
                 {"resolver": "lookup", "result": {"open": True}, "status": "completed"},
             ),
         )
-        assert session.transcript[-1].number == 1  # nothing recorded
-        ctx = await session.user_turn("and?")
+        assert session.conversation.transcript[-1].number == 1  # nothing recorded
+        ctx = await session.conversation.user_turn("and?")
         assert ctx.deliveries == ()
         assert ctx.lines == ()
 
@@ -850,14 +855,14 @@ async def test_a_background_result_lands_in_the_next_context_exactly_once(
     async with Session(state, clock=clock) as session:
         ack = session.background(Resolver.fetch("lookup", lookup), scheduling=scheduling)
         assert ack == {"status": "running", "resolver": "lookup"}
-        first = await session.user_turn("is it free?")
+        first = await session.conversation.user_turn("is it free?")
         assert first.deliveries == ()  # still running
         await settle()
         lookup.complete({"open": True})
         await settle()
         assert state.get("lookup:result") == {"open": True}
 
-        second = await session.user_turn("well?")
+        second = await session.conversation.user_turn("well?")
         [result] = second.deliveries
         assert isinstance(result, BackgroundResult)
         assert (result.name, result.status, result.value, result.scheduling) == (
@@ -872,10 +877,10 @@ async def test_a_background_result_lands_in_the_next_context_exactly_once(
         assert delivery_lines(second.all_lines) == expected
         assert delivery_lines(second.lines) == expected
 
-        third = await session.user_turn("ok")
+        third = await session.conversation.user_turn("ok")
         assert third.deliveries == ()
-        assert session.take_deliveries() == []
-        assert session.context_now().deliveries == ()
+        assert session.conversation.take_deliveries() == []
+        assert session.conversation.context_now().deliveries == ()
 
 
 @pytest.mark.anyio
@@ -894,7 +899,7 @@ async def test_results_are_handed_over_oldest_first_and_errors_too(
         await settle()
         b.complete(2)
         await settle()
-        ctx = await session.user_turn("?")
+        ctx = await session.conversation.user_turn("?")
     assert [(r.name, r.status) for r in ctx.deliveries] == [
         ("c", "completed"),
         ("a", "error"),
@@ -917,9 +922,9 @@ async def test_take_deliveries_hands_them_over_instead_of_the_turn(
     async with Session(state, clock=clock) as session:
         session.background(Resolver.fetch("lookup", lookup))
         await settle()
-        assert [r.value for r in session.take_deliveries()] == [1]
-        assert session.take_deliveries() == []
-        ctx = await session.user_turn("?")
+        assert [r.value for r in session.conversation.take_deliveries()] == [1]
+        assert session.conversation.take_deliveries() == []
+        ctx = await session.conversation.user_turn("?")
         assert ctx.deliveries == ()
 
 
@@ -945,7 +950,7 @@ async def test_an_interrupt_result_is_pushed_at_once_and_not_in_the_next_turn(
         quiet.complete("shh")
         await settle()
         assert len(pushed) == 1  # only interrupt results are pushed
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert [r.name for r in ctx.deliveries] == ["idle", "quiet"]
         assert delivery_lines(ctx.lines) == [
             line(
@@ -972,7 +977,7 @@ async def test_an_async_on_delivery_is_awaited_and_its_failure_reported(
         session.background(Resolver.fetch("bad", fake_fetch(returns=2)), scheduling="interrupt")
         await settle()
         assert sorted(spoken) == ["bad", "good"]
-        ctx = await session.user_turn("?")
+        ctx = await session.conversation.user_turn("?")
         # The one whose push failed never reached the model: the next context carries it.
         assert [d.name for d in ctx.deliveries] == ["bad"]
     assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [(speak, ValueError)]
@@ -989,7 +994,7 @@ async def test_a_deliver_callable_gets_the_result_instead_of_the_model(
             Resolver.fetch("lookup", fake_fetch(returns=1)), mine.append, "interrupt"
         )
         await settle()
-        ctx = await session.user_turn("?")
+        ctx = await session.conversation.user_turn("?")
     assert [(r.name, r.scheduling) for r in mine] == [("lookup", Scheduling.INTERRUPT)]
     assert pushed == []
     assert ctx.deliveries == ()
@@ -1017,7 +1022,7 @@ async def test_flow_background_actions_come_through_the_turn_context(
     async with Session(state, clock=clock) as session:
         runner = session.run_flow(plan)
         state.set("go", True)
-        ctx = await session.user_turn("can you check?")
+        ctx = await session.conversation.user_turn("can you check?")
         assert ctx.postures == ("Say you are checking.",)
         assert ctx.deliveries == ()
         await settle()
@@ -1025,7 +1030,7 @@ async def test_flow_background_actions_come_through_the_turn_context(
         check.complete({"open": True})
         await settle()
         assert runner.is_complete
-        ctx = await session.user_turn("and?")
+        ctx = await session.conversation.user_turn("and?")
         assert ctx.postures == ("Give the answer.",)
         assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
             ("availability", {"open": True}, Scheduling.WHEN_IDLE)
@@ -1058,7 +1063,7 @@ async def test_a_runner_takes_only_its_own_deliveries(clock: ManualClock, state:
         await settle()
         assert [r.value for r in runner.take_deliveries()] == ["flow"]
         assert runner.take_deliveries() == []
-        ctx = await session.user_turn("?")
+        ctx = await session.conversation.user_turn("?")
         assert [r.value for r in ctx.deliveries] == ["session"]
 
 
@@ -1086,7 +1091,7 @@ async def test_a_flow_interrupt_action_is_pushed_with_on_delivery(
         await settle()
         assert pushed == ["flagged"]
         assert runner.take_deliveries() == []
-        assert (await s.user_turn("?")).deliveries == ()
+        assert (await s.conversation.user_turn("?")).deliveries == ()
 
 
 # -- 5. the interruption race ---------------------------------------------------------------------
@@ -1105,7 +1110,7 @@ async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_o
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        pushed.append((result.name, session.interrupting))
+        pushed.append((result.name, session.conversation.interrupting))
 
     urgent, idle = fake_fetch(), fake_fetch()
     async with Session(state, clock=clock, on_delivery=speak) as session:
@@ -1113,8 +1118,8 @@ async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_o
         session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
         session.background(Resolver.fetch("idle", idle), scheduling="when_idle")
         await settle()
-        session.begin_interruption()
-        assert session.interrupting
+        session.conversation.begin_interruption()
+        assert session.conversation.interrupting
         urgent.complete("fraud alert")
         idle.complete("table free")
         await settle()
@@ -1126,18 +1131,18 @@ async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_o
         # ... but nothing is said over the caller.
         assert pushed == []
 
-        session.end_interruption()  # the caller's words come next, as a turn
-        assert not session.interrupting
+        session.conversation.end_interruption()  # the caller's words come next, as a turn
+        assert not session.conversation.interrupting
         await settle()
         assert pushed == []  # not spoken before the caller's own turn is answered
 
-        ctx = await session.user_turn("sorry, go on")
+        ctx = await session.conversation.user_turn("sorry, go on")
         assert sorted(r.name for r in ctx.deliveries) == ["idle", "urgent"]  # in that reply
-        session.begin_interruption()
-        session.end_interruption()
+        session.conversation.begin_interruption()
+        session.conversation.end_interruption()
         await settle()
         assert pushed == []
-        assert session.take_deliveries() == []  # never twice
+        assert session.conversation.take_deliveries() == []  # never twice
 
 
 @pytest.mark.anyio
@@ -1148,17 +1153,17 @@ async def test_without_on_delivery_a_held_interrupt_result_waits_for_the_next_tu
     async with Session(state, clock=clock) as session:
         session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
         await settle()
-        session.begin_interruption()
+        session.conversation.begin_interruption()
         urgent.complete(1)
         await settle()
         assert state.get("urgent:result") == 1
-        session.end_interruption()
+        session.conversation.end_interruption()
         await settle()
-        ctx = await session.user_turn("go on")
+        ctx = await session.conversation.user_turn("go on")
         assert [(r.name, r.scheduling) for r in ctx.deliveries] == [
             ("urgent", Scheduling.INTERRUPT)
         ]
-        assert (await session.user_turn("ok")).deliveries == ()
+        assert (await session.conversation.user_turn("ok")).deliveries == ()
 
 
 @pytest.mark.anyio
@@ -1170,12 +1175,14 @@ async def test_a_turn_during_the_interruption_takes_the_held_result_so_end_pushe
     async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as s:
         s.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
         await settle()
-        s.begin_interruption()
+        s.conversation.begin_interruption()
         urgent.complete(1)
         await settle()
-        ctx = await s.user_turn("what I was saying")  # the caller's turn ends the barge-in
+        ctx = await s.conversation.user_turn(
+            "what I was saying"
+        )  # the caller's turn ends the barge-in
         assert [r.name for r in ctx.deliveries] == ["urgent"]
-        s.end_interruption()
+        s.conversation.end_interruption()
         await settle()
         assert pushed == []
 
@@ -1196,26 +1203,28 @@ async def test_a_held_result_waits_across_a_second_interruption_reported_from_a_
     async with Session(state, clock=clock, on_delivery=speak) as session:
         session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
         await settle()
-        await anyio.to_thread.run_sync(session.begin_interruption)
+        await anyio.to_thread.run_sync(session.conversation.begin_interruption)
         urgent.complete(1)
         await settle()
         assert pushed == []
 
         def end_and_begin_again() -> None:  # the loop has not run the flush yet
-            session.end_interruption(turn_follows=False)
-            session.begin_interruption()
+            session.conversation.end_interruption(turn_follows=False)
+            session.conversation.begin_interruption()
 
         await anyio.to_thread.run_sync(end_and_begin_again)
         await settle()
         assert pushed == []  # still interrupting: held
 
         # A false alarm (nothing was said): the held result is spoken now.
-        await anyio.to_thread.run_sync(lambda: session.end_interruption(turn_follows=False))
+        await anyio.to_thread.run_sync(
+            lambda: session.conversation.end_interruption(turn_follows=False)
+        )
         with anyio.fail_after(SAFETY):
             await heard.wait()
         assert pushed == [("urgent", loop_thread)]  # pushed on the session's loop, once
         await settle()
-        assert (await session.user_turn("go on")).deliveries == ()
+        assert (await session.conversation.user_turn("go on")).deliveries == ()
 
 
 @pytest.mark.anyio
@@ -1226,20 +1235,20 @@ async def test_held_results_are_not_pushed_if_the_caller_barges_in_again_at_once
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        pushed.append((result.name, session.interrupting))
+        pushed.append((result.name, session.conversation.interrupting))
 
     urgent = fake_fetch()
     async with Session(state, clock=clock, on_delivery=speak) as session:
         session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
         await settle()
-        session.begin_interruption()
+        session.conversation.begin_interruption()
         urgent.complete(1)
         await settle()
-        session.end_interruption(turn_follows=False)
-        session.begin_interruption()  # voice activity flickers: talking again
+        session.conversation.end_interruption(turn_follows=False)
+        session.conversation.begin_interruption()  # voice activity flickers: talking again
         await settle()
         assert pushed == []
-        session.end_interruption(turn_follows=False)  # a cough, not words
+        session.conversation.end_interruption(turn_follows=False)  # a cough, not words
         await settle()
         assert pushed == [("urgent", False)]
 
@@ -1283,12 +1292,12 @@ async def test_results_from_threads_land_exactly_once_while_turns_run(
     def voice_thread() -> None:
         for i in range(n):
             if i % 4 == 1:
-                session.begin_interruption()
+                session.conversation.begin_interruption()
             state.set(f"go:{i}", True)
             gates[i].set()
             if i % 4 == 3:
-                session.end_interruption()
-        session.end_interruption()
+                session.conversation.end_interruption()
+        session.conversation.end_interruption()
 
     handed: list[str] = []
     async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as session:
@@ -1302,13 +1311,13 @@ async def test_results_from_threads_land_exactly_once_while_turns_run(
         expected = {f"thr{i}" for i in range(n)} | {f"flow{i}" for i in range(n)}
         with anyio.fail_after(SAFETY):
             while set(handed) | set(pushed) != expected:
-                ctx = await session.user_turn("still there?")
+                ctx = await session.conversation.user_turn("still there?")
                 handed.extend(r.name for r in ctx.deliveries)
                 await anyio.lowlevel.checkpoint()
             await anyio.to_thread.run_sync(worker.join)
             await session.wait_idle()
         await settle()
-        handed.extend(r.name for r in session.take_deliveries())
+        handed.extend(r.name for r in session.conversation.take_deliveries())
         assert runner.is_complete
     assert Counter(handed) + Counter(pushed) == Counter(expected)  # each exactly once
     assert not set(pushed) & {f"thr{i}" for i in range(n) if schedulings[i] != "interrupt"}
@@ -1345,7 +1354,7 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        if session.interrupting:
+        if session.conversation.interrupting:
             pushed_while_interrupting.append(result.name)
         pushed.append(result.name)
 
@@ -1399,13 +1408,13 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
                 else:
                     queued.append(name)
             elif kind == "begin":
-                session.begin_interruption()
+                session.conversation.begin_interruption()
                 interrupting = True
             elif kind == "end":
                 # Even: the caller's words follow as a turn, which takes the held results;
                 # odd: a false alarm, and they are spoken now.
                 follows = i % 2 == 0
-                session.end_interruption(turn_follows=follows)
+                session.conversation.end_interruption(turn_follows=follows)
                 interrupting = False
                 hold = follows
                 await settle()
@@ -1413,23 +1422,23 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
                     should_push += [n for n in queued if sched[n] == "interrupt"]
                     queued = [n for n in queued if sched[n] != "interrupt"]
             elif kind == "turn":
-                ctx = await session.user_turn("and?")
+                ctx = await session.conversation.user_turn("and?")
                 spoken = [r for r in ctx.deliveries if r.scheduling is not Scheduling.SILENT]
                 assert len(delivery_lines(ctx.all_lines)) == len(spoken)
                 take(ctx.deliveries)
                 hold = False
             elif kind == "take":
-                take(session.take_deliveries())
+                take(session.conversation.take_deliveries())
             else:
-                take(session.context_now().deliveries)
-            assert session.interrupting is interrupting
+                take(session.conversation.context_now().deliveries)
+            assert session.conversation.interrupting is interrupting
             assert sorted(pushed) == sorted(should_push)
-        session.end_interruption(turn_follows=False)
+        session.conversation.end_interruption(turn_follows=False)
         await settle()
         if push:
             should_push += [n for n in queued if sched[n] == "interrupt"]
             queued = [n for n in queued if sched[n] != "interrupt"]
-        take(session.take_deliveries())
+        take(session.conversation.take_deliveries())
         assert sorted(pushed) == sorted(should_push)
 
     assert pushed_while_interrupting == []
@@ -1493,7 +1502,7 @@ async def test_timings_of_steps_active_in_two_flows_merge_most_cautious(
     async with Session(state, clock=clock) as session:
         session.run_flow(first)
         session.run_flow(second)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         merged = {
             "reprompt_after_ms": 5000,
             "reprompt": "Are you still there?",
@@ -1513,13 +1522,13 @@ async def test_timings_of_steps_active_in_two_flows_merge_most_cautious(
             "end_of_speech_ms": 400,
         }
         assert state.get("session:voice_timing") == only_first
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.voice_timing == only_first
 
         state.set("a", True)  # the step with no timing is all that is active
         await settle()
         assert not state.contains("session:voice_timing")
-        ctx = await session.user_turn("ok")
+        ctx = await session.conversation.user_turn("ok")
         assert ctx.voice_timing is None
         assert not state.contains("session:voice_timing")
 
@@ -1544,16 +1553,16 @@ async def test_two_parallel_steps_of_one_flow_merge_and_the_key_goes_with_them(
     )
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(plan)
-        ctx = await session.user_turn("hi")
+        ctx = await session.conversation.user_turn("hi")
         both = {"interruptible": True, "filler_after_ms": 900, "end_of_speech_ms": 700}
         assert ctx.voice_timing == both
         assert state.get("session:voice_timing") == both
         state.set("a", True)
-        ctx = await session.user_turn("a")
+        ctx = await session.conversation.user_turn("a")
         assert ctx.voice_timing == {"filler_after_ms": 2500, "end_of_speech_ms": 700}
         assert state.get("session:voice_timing") == ctx.voice_timing
         state.set("b", True)
-        ctx = await session.user_turn("b")
+        ctx = await session.conversation.user_turn("b")
         assert ctx.voice_timing is None
         assert not state.contains("session:voice_timing")
 
@@ -1563,10 +1572,10 @@ async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> N
     plan = Flow("t", [Step("a", done=is_true("a"), timing=VoiceTiming(end_of_speech_ms=600))])
     async with Session(state, clock=ManualClock()) as session:
         session.run_flow(plan)
-        await session.user_turn("one")
+        await session.conversation.user_turn("one")
         version = state.version("session:voice_timing")
-        await session.user_turn("two")
-        await session.user_turn("three")
+        await session.conversation.user_turn("two")
+        await session.conversation.user_turn("three")
         assert state.version("session:voice_timing") == version
         prov = state.provenance("session:voice_timing")
         assert prov is not None
@@ -1580,11 +1589,11 @@ async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> N
 async def test_user_turn_under_pytest_asyncio_with_the_plugin_fixture(
     slate_session: Session, slate_state: State, slate_clock: ManualClock
 ) -> None:
-    slate_session.add_extractor(sizes())
+    slate_session.conversation.add_extractor(sizes())
     runner = slate_session.run_flow(booking())
     lookup = fake_fetch(returns={"open": True}, delay=2, clock=slate_clock)
     slate_session.background(Resolver.fetch("lookup", lookup))
-    ctx = await slate_session.user_turn("four people, card 4111 1111 1111 1111")
+    ctx = await slate_session.conversation.user_turn("four people, card 4111 1111 1111 1111")
     assert ctx.turn.text == "four people, card [card ending 1111]"
     assert slate_state.get("b:size") == 4
     assert runner.active_steps == ["confirm"]
@@ -1592,5 +1601,5 @@ async def test_user_turn_under_pytest_asyncio_with_the_plugin_fixture(
     assert ctx.deliveries == ()
     assert not slate_state.contains("turn:user")
     await slate_clock.advance(2)
-    ctx = await slate_session.user_turn("is it free?")
+    ctx = await slate_session.conversation.user_turn("is it free?")
     assert [(r.name, r.value) for r in ctx.deliveries] == [("lookup", {"open": True})]

@@ -12,6 +12,8 @@ This namespace holds what an app writes; everything else lives in its layer's su
 from importlib import import_module
 from typing import Any
 
+# The conversation layer registers its Call as the sessions' default conversation.
+from . import conversation as conversation
 from . import errors as errors
 from . import guards as guards
 from .errors import (
@@ -189,8 +191,8 @@ _MOVED: dict[str, tuple[str, str]] = {
     "TemplateError": ("errors", "TemplateError"),
     "TextAgent": ("resolve", "TextAgent"),
     "ToolCallError": ("errors", "ToolCallError"),
-    "ToolClaim": ("resolve", "ToolClaim"),
-    "ToolResult": ("resolve", "ToolResult"),
+    "ToolClaim": ("conversation", "ToolClaim"),
+    "ToolResult": ("conversation", "ToolResult"),
     "Transaction": ("state", "Transaction"),
     "TransactionError": ("errors", "TransactionError"),
     "Trigger": ("state", "Transition"),

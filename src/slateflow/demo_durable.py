@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from .conversation import Call
 from .demo_flow import TOOLS, Narrator, availability, booking_flow, extractors
 from .resolve import ManualClock, Session
 from .state import State
@@ -84,11 +85,12 @@ async def _call(state: State, path: str, out: Out) -> None:
     flow = booking_flow(availability(clock)).compile(tools=TOOLS)
     slots, answers = extractors(clock)
     say = Narrator(out, slots, answers)
-    async with Session(state, clock=clock, tools=TOOLS) as session:
-        session.add_extractor(slots)
-        session.add_extractor(answers)
+    async with Session(state, clock=clock) as session:
+        call = Call(session, tools=TOOLS)
+        call.add_extractor(slots)
+        call.add_extractor(answers)
         say_steps = heard == 0
-        runner = session.run_flow(flow)
+        runner = call.run_flow(flow)
         say.follow(runner)
         try:
             if not say_steps:
@@ -106,14 +108,14 @@ async def _call(state: State, path: str, out: Out) -> None:
                     return
                 kind, what = BEATS[n]
                 if kind == "hear":
-                    await say.hear(session, what)
+                    await say.hear(call, what)
                 elif kind == "tool":
-                    await say.call_tool(session, what)
+                    await say.call_tool(call, what)
                 else:
                     out("  (the booking system answers, in the background)")
                     await clock.advance(0.4)
                     await runner.wait_for_step(what)
-                    say.model_told(session.context_now())
+                    say.model_told(call.context_now())
                 state.set(BEATS_KEY, n + 1, source="system", writer="demo")
             booked = runner.marking.tools_ok.get("book_table", 0)
             out(

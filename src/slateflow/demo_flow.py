@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .conversation import (
+    Call,
     Extract,
     Extractor,
     datetime,
@@ -156,24 +157,24 @@ class Narrator:
         if not context.lines:
             self.out("     (nothing new to tell the model)")
 
-    async def call_tool(self, session: Session, tool: str) -> None:
+    async def call_tool(self, conversation: Call, tool: str) -> None:
         # A claim admits the call atomically (a concurrent call of a once-only tool waits) and
         # reports the tool as done when the block ends.
-        async with session.claim(tool) as call:
+        async with conversation.claim(tool) as call:
             if call:
                 self.out(f"  model calls {tool}: admitted, it runs")
             else:
                 self.out(f"  model calls {tool}: refused")
                 self.out(f"     {call.reason}")
 
-    async def hear(self, session: Session, said: str) -> None:
+    async def hear(self, conversation: Call, said: str) -> None:
         # What a voice loop does each turn: one call redacts, extracts, advances the flow and
         # says what the model should be told now.
         out = self.out
         out(f'  caller: "{said}"')
-        assert session.redact is not None
-        out(f'     transcript (redacted): "{session.redact(said)}"')
-        context = await session.user_turn(said)
+        assert conversation.redact is not None
+        out(f'     transcript (redacted): "{conversation.redact(said)}"')
+        context = await conversation.user_turn(said)
         for extractor in self.extractors:
             for d in extractor.history[-1].decisions:
                 verdict = "written" if d.written else "not written"
@@ -206,27 +207,28 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
 
     slots, answers = extractors(clock)
     say = Narrator(out, slots, answers)
-    async with Session(state, clock=clock, tools=TOOLS) as session:
-        session.add_extractor(slots)
-        session.add_extractor(answers)
-        runner = session.run_flow(flow)
+    async with Session(state, clock=clock) as session:
+        call = Call(session, tools=TOOLS)  # the conversation over the session
+        call.add_extractor(slots)
+        call.add_extractor(answers)
+        runner = call.run_flow(flow)
         say.follow(runner)
         try:
             out(f"  active: {runner.active_steps}")
-            await say.hear(session, "Hello, I'd like a table.")
+            await say.hear(call, "Hello, I'd like a table.")
             await say.hear(
-                session, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
+                call, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
             )
-            await say.call_tool(session, "book_table")
+            await say.call_tool(call, "book_table")
             out("  (0.4 s later the booking system answers, in the background)")
             await clock.advance(0.4)
             await runner.wait_for_step("offer")
-            out("  the model is idle, so it is told now (session.context_now()):")
-            say.model_told(session.context_now())
-            await say.hear(session, "Yes, 7:30 pm works for us.")
-            await say.hear(session, "Yes, that is right.")
-            await say.call_tool(session, "book_table")
-            await say.call_tool(session, "book_table")
+            out("  the model is idle, so it is told now (call.context_now()):")
+            say.model_told(call.context_now())
+            await say.hear(call, "Yes, 7:30 pm works for us.")
+            await say.hear(call, "Yes, that is right.")
+            await say.call_tool(call, "book_table")
+            await say.call_tool(call, "book_table")
             out(
                 f"  complete: {runner.is_complete}; flow:booking:done = "
                 f"{state.get('flow:booking:done')}"

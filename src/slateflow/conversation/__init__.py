@@ -9,7 +9,8 @@ with the rest of what a voice or chat agent needs.
 from typing import Any
 
 from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
-from ..resolve import Turn, TurnContext
+from ..resolve import Session, Turn, TurnContext
+from .call import Call
 from .extract import Extract, ExtractionResult, Extractor, Field, Trigger, TurnExtractor
 from .llm_extract import LLMExtractor
 from .promotion import Decision, Promotion, keep_known, non_empty, overwrite, true_only
@@ -38,6 +39,7 @@ from .redaction import (
     luhn_valid,
     redact,
 )
+from .tools import ToolClaim, ToolResult
 
 __all__ = [
     "CARD",
@@ -47,6 +49,7 @@ __all__ = [
     "LONG_NUMBER",
     "REDACTED",
     "SECURITY_CODE",
+    "Call",
     "Decision",
     "Digression",
     "Extract",
@@ -61,6 +64,8 @@ __all__ = [
     "Redactor",
     "RepairPolicy",
     "StackRunner",
+    "ToolClaim",
+    "ToolResult",
     "Trigger",
     "Turn",
     "TurnContext",
@@ -82,6 +87,9 @@ __all__ = [
     "true_only",
     "yes_no",
 ]
+
+# A session makes its conversation with this when nobody attached one (session.conversation).
+Session.conversation_factory = Call
 
 
 def __getattr__(name: str) -> Any:

@@ -23,8 +23,7 @@ from .promotion import Decision, Promotion, keep_known
 from .recognizers import Recognizer
 
 if TYPE_CHECKING:
-    from ..resolve.session import Session
-    from ..resolve.turns import Turn
+    from ..resolve.turns import Conversation, Turn
 
 __all__ = [
     "DEFAULT_MAX_HISTORY",
@@ -211,35 +210,35 @@ class TurnExtractor:
         if len(history) > self.max_history:
             del history[: len(history) - self.max_history]
 
-    # -- the session's hooks (called by Session.user_turn / tool_ok / flows) ------------------
+    # -- the call's hooks (called by Call.user_turn / tool_ok / flows) -------------------------
 
     def _wants(self, kind: str) -> bool:
         return any(t.kind == kind for t in self.triggers)
 
-    async def _on_turn(self, session: Session, turn: Turn) -> None:
+    async def _on_turn(self, call: Conversation, turn: Turn) -> None:
         if any(t.on_turn(turn.number) for t in self.triggers):
-            await self._run_in(session)
+            await self._run_in(call)
 
-    async def _on_tool(self, session: Session, tool: str) -> None:
+    async def _on_tool(self, call: Conversation, tool: str) -> None:
         if self._wants("after_tool"):
-            await self._run_in(session)
+            await self._run_in(call)
 
-    async def _on_step_change(self, session: Session, since: int) -> None:
+    async def _on_step_change(self, call: Conversation, since: int) -> None:
         if self._wants("on_step_change"):
             # Only what was said after the step's posture reached the model: an answer given
             # before its question was asked is not an answer to it.
-            await self._run_in(session, since)
+            await self._run_in(call, since)
 
-    async def _run_in(self, session: Session, since: int = 0) -> None:
-        said = [t for t in session.transcript if t.speaker == "user" and t.number > since]
+    async def _run_in(self, call: Conversation, since: int = 0) -> None:
+        said = [t for t in call.transcript if t.speaker == "user" and t.number > since]
         turns = [t.text for t in said[-self.window :]]
         if not turns:
             return
-        result = await self.read(session.state, turns)
+        result = await self.read(call.state, turns)
         complete = result.complete
         if complete and not self._completed and self.completion is not None:
             action = self.completion
-            await session.launch(
+            await call.session.launch(
                 action.resolver, action.mode, scheduling=action.scheduling, deliver=action.deliver
             )
         self._completed = complete

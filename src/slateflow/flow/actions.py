@@ -73,7 +73,7 @@ class Actions:
     def fire(self, i: int) -> None:
         """Start step ``i``'s ``on_enter`` action soon, on the session's loop."""
         if self.session is not None:
-            self.session._soon(self._start, i)
+            self.session.loop.soon(self._start, i)
 
     def _start(self, i: int) -> None:
         step = self.steps[i]
@@ -94,7 +94,7 @@ class Actions:
                 self._calls.append(action)
                 if self.lane is None:
                     self.lane = anyio.Event()
-                    session._spawn(self._run_calls)
+                    session.loop.spawn(self._run_calls)
         except Exception:
             log.exception(
                 "flow %r: step %r could not start resolver %r",

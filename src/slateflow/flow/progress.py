@@ -112,7 +112,7 @@ class Progress:
                 closed = status == "cancelled" and meta.get("reason") == "session closed"
                 if status != "running" and not closed:
                     continue  # it completed: exactly once
-            if session._claim(action.resolver.name):
+            if session.loop.claim(action.resolver.name):
                 again.append(i)
         return again
 

@@ -144,7 +144,7 @@ class FlowRunner(RunnerView, RunnerAliases):
             self.close()  # unsubscribe and free the flow's name
             raise
         if session is not None and plan.fresh_names:
-            session._soon(session._spawn, self._watch_freshness)
+            session.loop.soon(session.loop.spawn, self._watch_freshness)
 
     # -- the one place a transition is applied -----------------------------------------------
 
@@ -211,7 +211,7 @@ class FlowRunner(RunnerView, RunnerAliases):
                 default=None,
             )
             if since is not None or self._plan.timed:
-                session._steps_changed(since, self._plan.timed)
+                session.conversation.steps_changed(since, self._plan.timed)
 
     # -- inputs ------------------------------------------------------------------------------
 

@@ -468,7 +468,7 @@ class StackRunner:
         denial = self.main.tools.constraint_denial(tool)
         if denial is None:
             return None
-        session_tools = self.session.tools if self.session is not None else ()
+        session_tools = self.session.conversation.tools if self.session is not None else ()
         candidates = dict.fromkeys([*session_tools, *self.known_tools()])
         available = [
             t

@@ -99,7 +99,7 @@ class RunnerView:
     def take_deliveries(self) -> list[BackgroundResult]:
         """Background results of ``on_enter`` actions with no ``deliver``, oldest first; taking
         them empties the queue."""
-        return [] if self.session is None else self.session.inbox.take(self)
+        return [] if self.session is None else self.session.conversation.inbox.take(self)
 
     def _index(self, step: str) -> int:
         i = self._plan.ids.get(step) if isinstance(step, str) else None

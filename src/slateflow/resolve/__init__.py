@@ -6,6 +6,9 @@ call mode (``await resolver.resolve(state)``), dispatch mode (``session.dispatch
 mode (``session.background``).
 """
 
+from importlib import import_module
+from typing import Any
+
 from .background import (
     AckFormatter,
     BackgroundResult,
@@ -18,12 +21,12 @@ from .background import (
 from .clock import Clock, ManualClock, SystemClock
 from .inbox import Inbox
 from .llm import LLM, LLMRequest, LLMResponse, Usage
+from .loop import SessionLoop
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent, call
 from .retry import Retry
 from .run import Mode, Run, RunStatus
 from .session import Session
 from .template import Template
-from .tools import ToolClaim, ToolResult
 from .turns import Turn, TurnContext
 from .watchers import Watcher
 
@@ -52,11 +55,10 @@ __all__ = [
     "RunStatus",
     "Scheduling",
     "Session",
+    "SessionLoop",
     "SystemClock",
     "Template",
     "TextAgent",
-    "ToolClaim",
-    "ToolResult",
     "Turn",
     "TurnContext",
     "Usage",
@@ -65,3 +67,16 @@ __all__ = [
     "default_ack",
     "default_result",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ToolClaim", "ToolResult"):
+        from ..deprecation import moved
+
+        def load() -> Any:
+            # The deprecated address of names that moved up a layer: resolved by name, for one
+            # release, so this layer does not import the one above it.
+            return getattr(import_module("slateflow.conversation"), name)
+
+        return moved("slateflow.resolve", name, {name: (f"slateflow.conversation.{name}", load)})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

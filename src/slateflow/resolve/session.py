@@ -10,8 +10,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -42,13 +41,13 @@ from .background import (
     default_result,
 )
 from .clock import SYSTEM_CLOCK, Clock, wait_on
-from .dialog import DEFAULT_MAX_TRANSCRIPT, Dialog, HandoverMode
-from .inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
+from .conversation_aliases import ConversationAliases
+from .inbox import DEFAULT_INBOX_LIMIT, ToInbox
+from .loop import SessionLoop
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run, error_message
-from .tools import ToolClaim, ToolDesk, ToolResult
-from .turns import Governor, Turn, TurnContext, TurnHook
+from .turns import DEFAULT_MAX_TRANSCRIPT, Conversation, Governor, HandoverMode, check_options
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Runnable", "Session"]
@@ -112,7 +111,7 @@ class _Slot:
         return bool(self.waiting) or self.owners > 0
 
 
-class Session:
+class Session(ConversationAliases):
     """The runtime for dispatch and background modes: an anyio task group, a clock, the runs.
 
     Use it as ``async with Session(state) as session:``. Inside, ``session.dispatch(resolver)``
@@ -203,18 +202,21 @@ class Session:
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
         self._runners: list[_Closable] = []
-        names = [tools] if isinstance(tools, str) else list(tools)
-        self._dialog = Dialog(
-            self,
-            redact=redact,
-            tools=tuple(dict.fromkeys(names)),
-            on_delivery=on_delivery,
-            on_waiting=on_waiting,
-            handover=handover,
-            max_transcript=max_transcript,
-            max_waiting=max_waiting,
-        )
-        self._tool_desk = ToolDesk(self._dialog)
+        check_options(redact, on_delivery, on_waiting, handover, max_transcript, max_waiting)
+        self.loop = SessionLoop(self)
+        """The session's runtime, for the layers built on it (see :class:`SessionLoop`)."""
+        # The conversation (a slateflow.conversation.Call) attached, or made with these options
+        # when first asked for.
+        self._conversation: Conversation | None = None
+        self._conversation_options: dict[str, Any] = {
+            "redact": redact,
+            "tools": tools,
+            "on_delivery": on_delivery,
+            "on_waiting": on_waiting,
+            "handover": handover,
+            "max_transcript": max_transcript,
+            "max_waiting": max_waiting,
+        }
         self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
         self._opened_seq = 0
         # Resolvers a resuming flow has taken on re-dispatching: resume() leaves them alone.
@@ -234,7 +236,8 @@ class Session:
             self._limiter = anyio.CapacityLimiter(self._max_concurrency)
         self._opened_seq = self.state.cursor
         self._open = True
-        self._dialog.open()
+        if self._conversation is not None:
+            self._conversation.open()
         return self
 
     async def __aexit__(
@@ -820,187 +823,45 @@ class Session:
         runner = flow._run_in(self, enforcement=enforcement)
         self._runners.append(runner)
         if isinstance(runner, Governor):  # checked once: a Protocol isinstance is slow
-            self._dialog.governors.append(runner)
+            self.conversation.govern(runner)
         return runner
 
-    # -- turns (the session's Dialog) ------------------------------------------------------------
+    # -- the conversation -------------------------------------------------------------------
+
+    conversation_factory: Callable[..., Conversation] | None = None
+    """What makes a session's conversation when nobody attached one: set to
+    :class:`slateflow.conversation.Call` when that layer is imported (``import slateflow``
+    does)."""
 
     @property
-    def redact(self) -> Callable[[str], str] | None:
-        """What cleans each user turn before anything reads it (None: nothing)."""
-        return self._dialog.redact
+    def conversation(self) -> Conversation:
+        """This session's conversation (a :class:`slateflow.conversation.Call`): the one
+        attached, else one made with the conversation options given to the session."""
+        if self._conversation is None:
+            factory = Session.conversation_factory
+            if factory is None:
+                raise SessionError(
+                    "no conversation layer is loaded: import slateflow.conversation (or make a "
+                    "slateflow.conversation.Call(session)) to have turns"
+                )
+            factory(self, **self._conversation_options)  # it attaches itself
+        assert self._conversation is not None
+        return self._conversation
 
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The agent's tools, for the turn context."""
-        return self._dialog.tools
-
-    @property
-    def on_delivery(self) -> Deliver | None:
-        """Receives ``interrupt`` background results the moment they land."""
-        return self._dialog.on_delivery
-
-    @on_delivery.setter
-    def on_delivery(self, value: Deliver | None) -> None:
-        if value is not None and not callable(value):
-            raise TypeError(f"on_delivery must be a callable or None, got {value!r}")
-        self._dialog.on_delivery = value
-
-    @property
-    def transcript(self) -> list[Turn]:
-        """The conversation so far, redacted, oldest first: every user turn (``speaker`` is
-        ``"user"``) and what the agent said (``"agent"``, from :meth:`agent_said`)."""
-        return self._dialog.transcript
-
-    @property
-    def cancelled_turns(self) -> list[Turn]:
-        """User turns that were cancelled or failed before they completed (not taken)."""
-        return self._dialog.cancelled_turns
-
-    @property
-    def inbox(self) -> Inbox:
-        """Background results waiting for the model (see :meth:`take_deliveries`)."""
-        return self._dialog.inbox
-
-    def add_extractor(self, extractor: TurnHook) -> None:
-        """Run ``extractor`` on this session's user turns, as its triggers say.
-
-        Extractors run in the order they were added, each reading the redacted transcript.
-        """
-        if not isinstance(extractor, TurnHook):
-            raise TypeError(
-                f"add_extractor takes an extractor (Extract(...).build() or an LLMExtractor), "
-                f"got {extractor!r}"
+    def attach(self, conversation: Conversation) -> None:
+        """Make ``conversation`` (a ``Call`` does this as it is made) the one this session's
+        flows govern and its background results go to; a session has one."""
+        if self._conversation is not None and self._conversation is not conversation:
+            raise SessionError(
+                "this session already has a conversation (a Call); a session carries one "
+                "call: make another Session for another call"
             )
-        hooks = self._dialog.hooks
-        if extractor in hooks:
-            raise SessionError(f"extractor {extractor.name!r} is already added to this session")
-        hooks.append(extractor)
-
-    async def user_turn(self, text: str) -> TurnContext:
-        """Handle what the user just said and return what the model should be told now.
-
-        In order: the text is redacted and recorded (``session.transcript``, ``turn:user`` and
-        ``session:turn``); the extractors run; the flows advance (``on_turn``, which also waits
-        for their call-mode actions); the context is built (pending until handed over, see
-        :class:`TurnContext`); the ``turn:`` and ``temp:`` keys are cleared. Turns are handled
-        one at a time, in the order they arrive. A turn that is cancelled (a barge-in cancels
-        its task) or raises is not taken: its turn keys are cleared, it leaves the transcript
-        (see :attr:`cancelled_turns`) and the flows do not count it; the error propagates.
-        """
-        return await self._dialog.user_turn(text)
-
-    def context_now(self) -> TurnContext:
-        """What the model should be told now, between turns: when a background result has
-        landed while the model is idle, say. Built like a turn's context (waiting deliveries are
-        handed over, lines already sent are not repeated) for the last turn (number 0 before
-        the first); nothing is recorded and no extractor runs."""
-        return self._dialog.context_now()
-
-    def agent_said(self, text: str) -> Turn:
-        """Record what the agent actually said (a voice adapter reports the words spoken, up to
-        where the caller cut it off): it joins the transcript (``speaker="agent"``) and the
-        context it was spoken from counts as handed over (its steps' postures as told)."""
-        return self._dialog.agent_said(text)
-
-    async def tool_ok(self, tool: str) -> None:
-        """Report that ``tool`` ran successfully: the flows advance (``once``, ``commit`` and
-        ``called_ok`` guards see it) and extractors with ``Trigger.after_tool()`` run."""
-        await self._dialog.tool_ok(tool)
-
-    def refusal(self, tool: str) -> str | None:
-        """Why a flow of this session refuses ``tool`` now (for the model), or None if every
-        flow admits it."""
-        return self._dialog.refusal(tool)
-
-    def claim(self, tool: str) -> AbstractAsyncContextManager[ToolClaim]:
-        """Admit a call of ``tool`` atomically: ``async with session.claim("book") as call:``.
-
-        ``call`` is true when the flows admit it (else ``call.reason`` is the refusal for the
-        model). A tool that may succeed only once (``once``, ``commit``) is held until the
-        block ends: a concurrent call waits, then is refused if this one succeeded, admitted
-        if it failed. Ending the block normally reports the tool as successful (as
-        ``tool_ok``) unless ``call.fail()`` was called; an exception reports nothing. Use it
-        (or :meth:`call_tool`) where a reply's tool calls run concurrently: ``refusal`` then
-        ``tool_ok`` lets two calls of a ``once`` tool both through.
-        """
-        return self._tool_desk.claim(tool)
-
-    async def call_tool(
-        self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
-    ) -> ToolResult:
-        """Run ``fn(**arguments)`` as a call of ``tool``, admitted through :meth:`claim`.
-
-        Returns a :class:`ToolResult`: refused (``allowed`` False, ``reason`` for the model) or
-        the value ``fn`` returned (awaited if it is a coroutine). Identical concurrent calls
-        (same tool, same arguments, key order aside) share one execution: each caller gets its
-        result (``shared`` True for all but the first); if it raises, the first caller gets
-        the exception and the others :class:`~slateflow.errors.ToolCallError`. An exception
-        from ``fn`` propagates and the tool is not counted as successful.
-        """
-        return await self._tool_desk.call(tool, fn, arguments)
-
-    # -- deliveries --------------------------------------------------------------------------
-
-    def take_deliveries(self) -> list[BackgroundResult]:
-        """The background results waiting for the model, oldest first; each is handed out
-        once (here, in a :class:`TurnContext`, or to ``on_delivery``)."""
-        return self.inbox.take()
-
-    def redeliver(self, *results: BackgroundResult) -> None:
-        """Hand ``results`` to the model again: they were delivered (in a context or to
-        ``on_delivery``) but the model never heard them (the bot was cut off). They wait first
-        in the inbox, for the next context; on a durable State they count as undelivered."""
-        self._dialog.redeliver(results)
-
-    async def wait_for_delivery(self, timeout: float | None = None) -> list[BackgroundResult]:
-        """Wait until a background result is waiting for the model (not ``silent``, and the
-        caller is not talking) and return those waiting, left in place: build a context with
-        :meth:`context_now` to hand them over. Raises :class:`~slateflow.errors.WaitTimeoutError`
-        after ``timeout`` seconds of the session's clock."""
-        return await self._dialog.wait_for_delivery(timeout)
-
-    @property
-    def interrupting(self) -> bool:
-        """Whether the user is interrupting (between :meth:`begin_interruption` and
-        :meth:`end_interruption`)."""
-        return self._dialog.interrupting
-
-    def begin_interruption(self) -> None:
-        """The user started talking over the agent: ``interrupt`` results that land now are
-        held (they still write the state, so flows advance) until :meth:`end_interruption`.
-        Both may be called from any thread (a voice framework's audio callback, say)."""
-        self._dialog.begin_interruption()
-
-    def end_interruption(self, *, turn_follows: bool = True) -> None:
-        """The user stopped talking. By default their words come next as a user turn, and
-        the held ``interrupt`` results go into that turn's context (the model answers the
-        caller and tells the news in one reply, not twice); ``turn_follows=False`` (a false
-        alarm: noise, a cough) sends them to ``on_delivery`` now instead. Nothing is delivered
-        twice."""
-        self._dialog.end_interruption(turn_follows)
-
-    def _to_model(self, result: BackgroundResult, origin: object = None) -> Any:
-        return self._dialog.to_model(result, origin)
+        self._conversation = conversation
 
     def inbox_delivery(self, origin: object) -> ToInbox:
-        """A ``deliver`` callback sending a result to this session's inbox (and ``interrupt``
-        ones on to ``on_delivery``), tagged with ``origin`` (for ``take_deliveries`` of a flow
-        runner)."""
-        return self._dialog.inbox_delivery(origin)
-
-    # -- voice timing -------------------------------------------------------------------------
-
-    def publish_timing(self) -> None:
-        """Merge the voice timing of every active step (the most cautious wins) and publish it
-        at ``session:voice_timing``; the key is removed when no active step has any."""
-        self._dialog.publish_timing()
-
-    def _steps_changed(self, since: int | None, timed: bool) -> None:
-        """A flow of this session changed its active steps (called from the flow layer, any
-        thread): ``since`` is the user turn after which the newly active steps' postures were
-        handed to the model (None: never), ``timed`` when the flow has timings."""
-        self._dialog.steps_changed(since, timed)
+        """A ``deliver`` callback sending a result to the conversation's inbox (and
+        ``interrupt`` ones on to its ``on_delivery``), tagged with ``origin``."""
+        return self.conversation.inbox_delivery(origin)
 
     async def launch(
         self,

@@ -16,17 +16,23 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from .background import BackgroundResult, Scheduling
 
 if TYPE_CHECKING:
+    from ..state import State
+    from .inbox import Inbox, ToInbox
     from .session import Session
 
 __all__ = [
+    "DEFAULT_MAX_TRANSCRIPT",
     "VOICE_TIMING_KEY",
     "Admitted",
+    "Conversation",
     "Governor",
     "Handover",
+    "HandoverMode",
     "TellMarker",
     "Turn",
     "TurnContext",
     "TurnHook",
+    "check_options",
     "delivery_line",
 ]
 
@@ -47,19 +53,71 @@ class Turn:
     speaker: Literal["user", "agent"] = "user"
 
 
+HandoverMode = Literal["auto", "explicit"]
+"""What building a turn context does to the last one not confirmed: ``"auto"`` counts it as
+handed to the model, ``"explicit"`` as dropped."""
+DEFAULT_MAX_TRANSCRIPT = 10_000
+"""Turns a call keeps in ``transcript`` (about 2 MB of typical turns)."""
+
+
+def check_options(
+    redact: object,
+    on_delivery: object,
+    on_waiting: object,
+    handover: object,
+    max_transcript: object,
+    max_waiting: object,
+) -> None:
+    """Refuse bad conversation options (a session checks them at once, a Call again)."""
+    if redact is not None and not callable(redact):
+        raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
+    for name, fn in (("on_delivery", on_delivery), ("on_waiting", on_waiting)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a callable or None, got {fn!r}")
+    if handover not in ("auto", "explicit"):
+        raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
+    for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"{name} must be a positive int, got {limit!r}")
+
+
+class Conversation(Protocol):
+    """A session's conversation as the layers below it see it: a
+    :class:`slateflow.conversation.Call` (which attaches itself with ``session.attach``).
+
+    The session opens it, lets flows govern it and sends background results to its inbox;
+    flows tell it when their active steps change; extractors read its transcript.
+    """
+
+    session: Session
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def transcript(self) -> list[Turn]: ...
+    @property
+    def inbox(self) -> Inbox: ...
+    @property
+    def tools(self) -> tuple[str, ...]: ...
+    def open(self) -> None: ...
+    def govern(self, runner: Governor) -> None: ...
+    def inbox_delivery(self, origin: object) -> ToInbox: ...
+    def steps_changed(self, since: int | None, timed: bool) -> None: ...
+
+
 @runtime_checkable
 class TurnHook(Protocol):
-    """An extractor as the session sees it (``session.add_extractor``).
+    """An extractor as the call sees it (``call.add_extractor``).
 
-    ``_on_step_change(session, since)`` runs when a flow enters a step whose posture was handed
-    to the model after user turn ``since``: it may re-read only the turns said after that.
+    ``_on_step_change(call, since)`` runs when a flow enters a step whose posture was handed to
+    the model after user turn ``since``: it may re-read only the turns said after that.
     """
 
     name: str
 
-    async def _on_turn(self, session: Session, turn: Turn, /) -> None: ...
-    async def _on_tool(self, session: Session, tool: str, /) -> None: ...
-    async def _on_step_change(self, session: Session, since: int, /) -> None: ...
+    async def _on_turn(self, call: Conversation, turn: Turn, /) -> None: ...
+    async def _on_tool(self, call: Conversation, tool: str, /) -> None: ...
+    async def _on_step_change(self, call: Conversation, since: int, /) -> None: ...
 
 
 TellMarker = Callable[[int], None]

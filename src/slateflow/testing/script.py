@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..conversation import Call
 from ..errors import FakeScriptError
 from ..flow import Enforcement, Flow, FlowRunner, FlowStack, StackRunner, Verdict
 from ..resolve import ManualClock, Session, TurnContext
@@ -111,11 +112,11 @@ class ConversationScript:
     async def user(self, text: str) -> TurnContext:
         """The caller says ``text``: one whole turn (see the class docs); returns the context."""
         self.transcript.append(text)
-        redact = self.session.redact
+        redact = Call.of(self.session).redact
         heard = redact(text) if redact is not None else text
         self.state.set(self.transcript_key, heard, source="user", writer="caller")
         await self.settle()
-        context = await self.session.user_turn(text)
+        context = await Call.of(self.session).user_turn(text)
         self.contexts.append(context)
         await self.settle()
         return context
@@ -139,7 +140,7 @@ class ConversationScript:
             raise AssertionError(
                 f"the flow refused {tool!r}: {admission.reason}\n{why(self.runner, self.state)}"
             )
-        await self.session.tool_ok(tool)
+        await Call.of(self.session).tool_ok(tool)
         await self.settle()
 
     def _fake(self, name: str) -> Fake:

@@ -1,10 +1,9 @@
-"""The dialog of a Session: user turns, what the model is told, and what is waiting for it.
+"""The machinery of a :class:`~slateflow.conversation.Call`: turns, contexts, deliveries.
 
-A :class:`Dialog` is the conversation half of a :class:`~slateflow.Session` (which keeps the
-resolver tasks): the transcript, the extractors and flows that read it, the inbox of background
-results, interruptions, voice timing and the two-phase hand-over of each turn context. The
-Session's turn methods (``user_turn``, ``context_now``, ``agent_said``, ``redeliver``, ...) are
-this object's; voice adapters use them through the Session.
+A :class:`Dialog` holds what the Call owns: the transcript, the extractors and flows that read
+it, the inbox of background results, interruptions, voice timing and the two-phase hand-over of
+each turn context. The Call is its public face; the Session it runs over keeps the resolver
+tasks and is reached through ``session.loop``.
 
 Every exit path of a turn is handled: a turn that is cancelled (a barge-in cancels the task that
 runs it) or fails is not taken. Its ``turn:`` and ``temp:`` keys are cleared, it leaves the
@@ -22,30 +21,33 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from ..errors import SessionError, WaitTimeoutError
-from .background import BackgroundResult, Deliver, Scheduling
-from .clock import wait_on
-from .inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
-from .tools import ToolClaim
-from .turns import (
+from ..resolve.background import BackgroundResult, Deliver, Scheduling
+from ..resolve.clock import wait_on
+from ..resolve.inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
+from ..resolve.turns import (
+    DEFAULT_MAX_TRANSCRIPT,
     VOICE_TIMING_KEY,
     Admitted,
     Governor,
     Handover,
+    HandoverMode,
     Turn,
     TurnContext,
     TurnHook,
+    check_options,
     context_lines,
     delivery_line,
 )
+from .tools import ToolClaim
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..resolve.session import Session
+    from .call import Call
 
 __all__ = ["DEFAULT_MAX_TRANSCRIPT", "DELIVERED_KEY", "Dialog", "HandoverMode"]
 
 log = logging.getLogger("slateflow.resolve")
 
-HandoverMode = Literal["auto", "explicit"]
 DELIVERED_KEY = "session:delivered"
 """On a durable State: per resolver, the seq of the last background result handed to the model
 (a result committed after it is handed over again when a restarted session opens)."""
@@ -59,16 +61,13 @@ def _closed(runner: object) -> bool:
     return bool(getattr(runner, "closed", False))
 
 
-DEFAULT_MAX_TRANSCRIPT = 10_000
-"""Turns a session keeps in ``transcript`` (about 2 MB of typical turns)."""
-
-
 class Dialog:
     """The turns and deliveries of one Session; made by the Session (see the module docs)."""
 
     def __init__(
         self,
         session: Session,
+        call: Call,
         *,
         redact: Callable[[str], str] | None,
         tools: tuple[str, ...],
@@ -78,17 +77,9 @@ class Dialog:
         max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
         max_waiting: int = DEFAULT_INBOX_LIMIT,
     ) -> None:
-        if redact is not None and not callable(redact):
-            raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
-        for name, fn in (("on_delivery", on_delivery), ("on_waiting", on_waiting)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be a callable or None, got {fn!r}")
-        if handover not in ("auto", "explicit"):
-            raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
-        for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
-            if type(limit) is not int or limit < 1:
-                raise ValueError(f"{name} must be a positive int, got {limit!r}")
+        check_options(redact, on_delivery, on_waiting, handover, max_transcript, max_waiting)
         self.session = session
+        self.call = call  # what extractors are given: they read its transcript
         self.state = session.state
         self.redact = redact
         self.tools = tools
@@ -150,7 +141,7 @@ class Dialog:
 
     async def user_turn(self, text: str) -> TurnContext:
         session = self.session
-        session._check_usable()
+        session.loop.check()
         if not isinstance(text, str):
             raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
         assert self.lock is not None
@@ -176,7 +167,7 @@ class Dialog:
                     governor.begin_turn()
                     begun.append(governor)
                 for hook in list(self.hooks):
-                    await self._hook(hook, hook._on_turn(session, turn))
+                    await self._hook(hook, hook._on_turn(self.call, turn))
                 for governor in governors:
                     await governor.on_turn()
                     counted.append(governor)
@@ -202,7 +193,7 @@ class Dialog:
             try:
                 governor.abort_turn()
             except Exception as exc:
-                self.session._report(governor, exc)
+                self.session.loop.report(governor, exc)
         try:
             if before is None:
                 self.state.remove("session:turn", None, source="session", writer="turn")
@@ -219,13 +210,13 @@ class Dialog:
             await settle()
 
     def context_now(self) -> TurnContext:
-        self.session._check_usable()
+        self.session.loop.check()
         turn = self.transcript[-1] if self.transcript else Turn(0, "", self.session.clock.time())
         self.publish_timing()
         return self._context(turn)
 
     def agent_said(self, text: str) -> Turn:
-        self.session._check_usable()
+        self.session.loop.check()
         if not isinstance(text, str):
             raise TypeError(f"agent_said takes the text the agent said, got {type(text).__name__}")
         clean = self.redact(text) if self.redact is not None else text
@@ -237,7 +228,7 @@ class Dialog:
         return turn
 
     async def tool_ok(self, tool: str) -> None:
-        self.session._check_usable()
+        self.session.loop.check()
         if type(tool) is not str or not tool:
             raise TypeError(f"tool_ok takes the tool's name, got {tool!r}")
         for governor in self._live():
@@ -245,14 +236,14 @@ class Dialog:
         assert self.lock is not None
         async with self.lock:
             for hook in list(self.hooks):
-                await self._hook(hook, hook._on_tool(self.session, tool))
+                await self._hook(hook, hook._on_tool(self.call, tool))
         self.publish_timing()
 
     def admit(self, tool: str, *, record: bool = True) -> ToolClaim:
         """Whether every flow admits a call of ``tool`` now (the first refusal wins); in observe
         mode an admitted breach is recorded by its flow (unless ``record=False``) and flagged
         ``violation``; ``once`` when a flow lets it succeed only once."""
-        self.session._check_usable()
+        self.session.loop.check()
         flagged = ""
         once = False
         for governor in self._live():
@@ -281,7 +272,7 @@ class Dialog:
         except Exception as exc:
             # One broken extractor must not cost the caller their turn.
             log.error("slateflow session: extractor %r failed", hook.name, exc_info=exc)
-            self.session._report(hook, exc)
+            self.session.loop.report(hook, exc)
 
     # -- the context and its hand-over --------------------------------------------------------
 
@@ -355,7 +346,7 @@ class Dialog:
             try:
                 marker(number)
             except Exception as exc:
-                self.session._report(marker, exc)
+                self.session.loop.report(marker, exc)
         self._record_delivered(handover.deliveries)
 
     def redeliver(self, results: Iterable[BackgroundResult]) -> None:
@@ -406,19 +397,19 @@ class Dialog:
             return
         self._hold = False
         if self.on_delivery is not None:
-            self.session._soon(self._flush_interrupts)  # a voice loop may call from any thread
-        self.session._soon(self._tell_waiting)
+            self.session.loop.soon(self._flush_interrupts)  # a voice loop may call from any thread
+        self.session.loop.soon(self._tell_waiting)
 
     def _flush_interrupts(self) -> None:
         if self.interrupting or self._hold:
             return  # interrupted again before this ran: they wait for that one to end
         for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
-            self.session._spawn(self._push, result)
+            self.session.loop.spawn(self._push, result)
 
     def _landed(self, result: BackgroundResult) -> None:
         """The inbox got a result (any thread): tell whoever waits for one, on the loop."""
         if result.scheduling is not Scheduling.SILENT:
-            self.session._soon(self._tell_waiting)
+            self.session.loop.soon(self._tell_waiting)
 
     def _tell_waiting(self) -> None:
         if self.lock is not None and self.lock.locked():
@@ -431,7 +422,7 @@ class Dialog:
             event.set()
         if self.on_waiting is not None:
             for result in waiting:
-                self.session._spawn(self._call_waiting, result)
+                self.session.loop.spawn(self._call_waiting, result)
 
     async def _call_waiting(self, result: BackgroundResult) -> None:
         assert self.on_waiting is not None
@@ -444,13 +435,13 @@ class Dialog:
             if inspect.isawaitable(outcome):
                 await outcome
         except Exception as exc:
-            self.session._report(fn, exc)
+            self.session.loop.report(fn, exc)
             return False
         return True
 
     async def wait_for_delivery(self, timeout: float | None) -> list[BackgroundResult]:
         session = self.session
-        session._check_usable()
+        session.loop.check()
         clock = session.clock
         deadline = None if timeout is None else clock.monotonic() + timeout
         while True:
@@ -547,11 +538,11 @@ class Dialog:
         """A flow changed its active steps (any thread): ``since`` is the user turn after which
         the newly active steps' postures were handed to the model (None: never told)."""
         if timed or (since is not None and self.hooks):
-            self.session._soon(self.session._spawn, self._after_step_change, since, timed)
+            self.session.loop.soon(self.session.loop.spawn, self._after_step_change, since, timed)
 
     async def _after_step_change(self, since: int | None, timed: bool) -> None:
         session = self.session
-        if not session._open or session._closing:
+        if not session.loop.open:
             return
         if timed:
             self.publish_timing()
@@ -559,7 +550,7 @@ class Dialog:
             return
         async with self.lock:
             for hook in list(self.hooks):
-                await self._hook(hook, hook._on_step_change(session, since))
+                await self._hook(hook, hook._on_step_change(self.call, since))
             # Between turns, a re-read's turn-scoped keys belong to no turn: a stale
             # "turn:topic" must not start a digression at the next one.
             if self.state.keys("turn:") or self.state.keys("temp:"):
