@@ -21,8 +21,8 @@ from typing import Any
 from ..errors import SessionError
 from ..resolve.background import BackgroundResult, Deliver
 from ..resolve.inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
-from ..resolve.session import Runnable, Session
-from ..resolve.turns import Governor, Turn, TurnContext, TurnHook
+from ..resolve.session import Session
+from ..resolve.turns import Governor, Runnable, Turn, TurnContext, TurnHook
 from ..state import State
 from ..state.redaction import redact as redact_transcript
 from .dialog import DEFAULT_MAX_TRANSCRIPT, Dialog, HandoverMode
@@ -88,7 +88,8 @@ class Call:
     @property
     def state(self) -> State:
         """The session's State."""
-        return self.session.state
+        state: State = self.session.state
+        return state
 
     # -- turns -------------------------------------------------------------------------------
 

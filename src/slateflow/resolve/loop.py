@@ -9,13 +9,19 @@ session is open. It is the runtime protocol of a :class:`~slateflow.Session`, as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
 
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["SessionLoop"]
+__all__ = ["SessionLoop", "spawn_detached"]
+
+_HOSTS: set[Any] = set()
 
 
 class SessionLoop:
@@ -54,3 +60,20 @@ class SessionLoop:
         """Take on re-dispatching resolver ``name`` after a restart (False: someone already
         has, or it is running)."""
         return self._session._claim(name)
+
+
+def spawn_detached(fn: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> None:
+    """Run ``fn`` in a task of its own that no task group of the caller owns (it must never
+    raise): an asyncio task, or a trio system task."""
+    import asyncio
+
+    context = contextvars.copy_context()
+    loop = anyio.lowlevel.current_token().native_token
+    if not isinstance(loop, asyncio.AbstractEventLoop):  # trio, the other backend
+        import trio
+
+        trio.lowlevel.spawn_system_task(fn, name=name, context=context)
+        return
+    task: asyncio.Task[None] = loop.create_task(fn(), name=name, context=context)
+    _HOSTS.add(task)  # asyncio keeps only weak references to tasks
+    task.add_done_callback(_HOSTS.discard)

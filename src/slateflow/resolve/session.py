@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import heapq
-import inspect
 import itertools
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from ..errors import (
-    DispatchRejectedError,
-    RecoveryError,
-    ResolverDefinitionError,
     SessionError,
     WaitTimeoutError,
 )
 from ..state import SECRET_MASK, Change, Key, State
-from ..state.chains import fresh_chain
 from ..state.keys import key_name
-from ..state.provenance import Stamp
 from ..state.redaction import redact as redact_transcript
 from ..state.when import Transition
 from .background import (
@@ -43,101 +34,51 @@ from .background import (
 from .clock import SYSTEM_CLOCK, Clock, wait_on
 from .conversation_aliases import ConversationAliases
 from .inbox import DEFAULT_INBOX_LIMIT, ToInbox
-from .loop import SessionLoop
+from .loop import SessionLoop, spawn_detached
 from .reactions import Reaction
-from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
-from .run import Mode, Run, error_message
-from .turns import DEFAULT_MAX_TRANSCRIPT, Conversation, Governor, HandoverMode, check_options
+from .resolver import OnConflict, Resolver
+from .restart import Restart
+from .run import Mode, Run
+from .slots import RunSlots, Slot
+from .turns import (
+    DEFAULT_MAX_TRANSCRIPT,
+    Closable,
+    Conversation,
+    Governor,
+    HandoverMode,
+    R_co,
+    Runnable,
+    check_options,
+)
 from .watchers import Watcher, WatchQueue
 
 __all__ = ["Runnable", "Session"]
 
 log = logging.getLogger("slateflow.resolve")
 
-# Waits shorter than this count as elapsed: a deadline recomputed from float clock readings can
-# stay a hair in the future forever.
-_EPSILON = 1e-9
 
-
-class _Closable(Protocol):
-    def close(self) -> None: ...
-
-
-_R_co = TypeVar("_R_co", bound=_Closable, covariant=True)
-
-
-class Runnable(Protocol[_R_co]):
-    """Something ``session.run_flow`` can start (a :class:`~slateflow.Flow`): the flow layer
-    sits above the session, so the session only knows this method."""
-
-    def _run_in(self, session: Session, /, *, enforcement: Any) -> _R_co: ...
-
-
-def _spawn_detached(fn: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> None:
-    """Run ``fn`` in a task of its own that no task group of the caller owns (it must never
-    raise): an asyncio task, or a trio system task."""
-    import asyncio
-
-    context = contextvars.copy_context()
-    loop = anyio.lowlevel.current_token().native_token
-    if not isinstance(loop, asyncio.AbstractEventLoop):  # trio, the other backend
-        import trio
-
-        trio.lowlevel.spawn_system_task(fn, name=name, context=context)
-        return
-    task: asyncio.Task[None] = loop.create_task(fn(), name=name, context=context)
-    _HOSTS.add(task)  # asyncio keeps only weak references to tasks
-    task.add_done_callback(_HOSTS.discard)
-
-
-_HOSTS: set[Any] = set()
-
-
-class _Slot:
-    """The runs of one resolver name: those started (``active``) and those queued behind them."""
-
-    __slots__ = ("active", "last", "owners", "waiting")
-
-    def __init__(self) -> None:
-        # Started and not ended, including superseded runs still winding down.
-        self.active: dict[Run, None] = {}  # an ordered set: O(1) removal for parallel fan-outs
-        self.owners = 0  # active runs that own the keys (not superseded)
-        # Most names never queue: the (large) deque is made on first use.
-        self.waiting: deque[Run] | None = None
-        self.last: Run | None = None
-
-    def busy(self) -> bool:
-        """Whether the name is running or has runs queued (superseded runs do not count)."""
-        return bool(self.waiting) or self.owners > 0
-
-
-class Session(ConversationAliases):
+class Session(RunSlots, Restart, ConversationAliases):
     """The runtime for dispatch and background modes: an anyio task group, a clock, the runs.
 
     Use it as ``async with Session(state) as session:``. Inside, ``session.dispatch(resolver)``
     starts a run and returns its handle at once; ``session.background(resolver, deliver)`` also
-    hands the outcome to ``deliver``; ``session.watch(...)`` runs async actions on changes.
+    hands the outcome to ``deliver``; ``session.watch(...)`` runs async actions on changes;
+    ``session.run_flow(flow)`` runs a flow whose ``on_enter`` actions run here.
 
     ``max_concurrency`` caps how many sources run at once (the rest wait, status ``running``).
     ``clock`` drives timeouts, retry backoff and debounce (a ``ManualClock`` in tests).
-    ``redact`` cleans each user turn before anything reads it (default: card numbers, codes,
-    e-mails and long digit runs masked, written or spoken; a
-    :class:`~slateflow.conversation.Redactor` configures it; ``None`` keeps the words as heard).
-    ``tools`` names the agent's tools, for the turn context. ``on_delivery`` receives
-    ``interrupt`` background results the moment they land (unless the user is interrupting);
-    everything else waits for the next context, and ``on_waiting`` (sync or async) is told each
-    time a result starts waiting for the model between turns. ``handover`` says what building a
-    turn context does to the last one not yet confirmed: ``"auto"`` (default) counts it as
-    handed to the model, ``"explicit"`` as dropped (see :class:`TurnContext`). What grows with
-    a call is bounded: ``transcript`` (and ``cancelled_turns``) keep the last ``max_transcript``
-    turns (default 10,000; numbering goes on), and at most ``max_waiting`` background results
-    wait for the model (default 256; a newer result of a resolver replaces its older one).
     ``on_exit="cancel"`` (default) cancels what is still running when the block ends;
     ``on_exit="wait"`` waits for it first (reactions and watchers stop either way). A resolver's
     exception never escapes the session: it becomes the run's error. A source that ignores
     cancellation is reported (logged) after ``cancel_grace`` seconds while the session waits for
     it, so no task outlives the block. ``ack_formatter`` and ``result_formatter`` shape what
     background mode tells the model.
+
+    The conversation over it (turns, contexts, tools, the inbox, interruptions, voice timing) is
+    a :class:`slateflow.conversation.Call`: ``Call(session, ...)``, or ``session.conversation``,
+    made when first asked for with the options given here (``redact``, ``tools``,
+    ``on_delivery``, ``on_waiting``, ``handover``, ``max_transcript``, ``max_waiting``: see
+    ``Call``).
 
     Open it with ``async with``, or with ``await session.start()`` and ``await
     session.aclose()`` from different tasks (a framework's start and end callbacks). Call its
@@ -186,7 +127,7 @@ class Session(ConversationAliases):
         self._thread = 0
         self._open = False
         self._closing = False
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, Slot] = {}
         self._count = 0
         self._idle: anyio.Event | None = None
         self._actions = 0  # watcher actions queued or running
@@ -201,7 +142,7 @@ class Session(ConversationAliases):
         self._reactions: dict[str, Reaction] = {}
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
-        self._runners: list[_Closable] = []
+        self._runners: list[Closable] = []
         check_options(redact, on_delivery, on_waiting, handover, max_transcript, max_waiting)
         self.loop = SessionLoop(self)
         """The session's runtime, for the layers built on it (see :class:`SessionLoop`)."""
@@ -301,7 +242,7 @@ class Session(ConversationAliases):
                 opened.set()
                 closed.set()
 
-        _spawn_detached(host, name="slateflow:session")
+        spawn_detached(host, name="slateflow:session")
         await opened.wait()
         if failure:
             raise failure[0]
@@ -322,45 +263,6 @@ class Session(ConversationAliases):
         if failure:
             exc = failure.pop()
             raise exc
-
-    def _watch_cancelled(self, run: Run) -> None:
-        """A started run was cancelled: report it if it is still running ``cancel_grace`` later."""
-        heapq.heappush(
-            self._stubborn, (self.clock.monotonic() + self.cancel_grace, next(self._order), run)
-        )
-        if not self._reaping and self._tg is not None:
-            self._reaping = True
-            self._tg.start_soon(self._reap, name="slateflow:cancel-watchdog")
-
-    async def _reap(self) -> None:
-        """Wait for cancelled runs to end; log each that outlives its grace (it is waited for:
-        no task outlives the session)."""
-        heap = self._stubborn
-        try:
-            while heap:
-                deadline, _, run = heap[0]
-                if run.done:
-                    heapq.heappop(heap)
-                    continue
-                wait = deadline - self.clock.monotonic()
-                if wait > _EPSILON:
-                    with self.clock.deadline(wait) as scope:
-                        await run.wait(raise_error=False)
-                    if not scope.cancel_called:
-                        continue  # it ended in time
-                heapq.heappop(heap)
-                if run.done:
-                    continue
-                run.ignored_cancel = True
-                log.warning(
-                    "resolver %r ignored cancellation (%s) for %gs and is still running; the "
-                    "session waits for it. Do not catch cancellation in a source.",
-                    run.name,
-                    run.cancel_reason,
-                    self.cancel_grace,
-                )
-        finally:
-            self._reaping = False
 
     def _check_usable(self) -> TaskGroup:
         if not self._open or self._closing or self._tg is None:
@@ -427,172 +329,6 @@ class Session(ConversationAliases):
         """Run ``resolver`` in the calling task (call mode) on the session's clock."""
         self._check_usable()
         return await Run(resolver, "call", self.state, self.clock).call()
-
-    def _submit(
-        self,
-        resolver: Resolver,
-        mode: Mode,
-        on_conflict: OnConflict | None,
-        deliver: Deliver | None,
-        scheduling: Scheduling | None,
-    ) -> Run:
-        self._check_usable()
-        if not isinstance(resolver, Resolver):
-            raise TypeError(f"expected a Resolver, got {type(resolver).__name__}")
-        policy = resolver.on_conflict if on_conflict is None else on_conflict
-        if policy not in CONFLICT_POLICIES:
-            raise ResolverDefinitionError(
-                f"on_conflict must be one of {list(CONFLICT_POLICIES)}, got {policy!r}"
-            )
-        name = resolver.name
-        slot = self._slots.get(name)
-        busy = slot is not None and slot.busy()
-        if busy and policy == "reject":
-            raise DispatchRejectedError(
-                f"resolver {name!r} is already running and uses on_conflict='reject'; wait for "
-                "it (session.is_running) or dispatch with another on_conflict policy"
-            )
-        run = Run(resolver, mode, self.state, self.clock, deliver=deliver, scheduling=scheduling)
-        run.to_inbox = isinstance(deliver, ToInbox)
-        if busy and policy == "queue":
-            assert slot is not None
-            run.status = "queued"
-            if slot.waiting is None:
-                slot.waiting = deque()
-            slot.waiting.append(run)
-            run._on_cancel = self._on_cancel_queued
-            self._count += 1
-        else:
-            run.write_running()  # raises before anything else changes if governance refuses
-            if slot is None:
-                slot = self._slots[name] = _Slot()
-            if policy == "latest":
-                self._supersede(slot)
-            self._start(run, slot)
-        if resolver.reactive:
-            self._react(resolver, mode, deliver, scheduling).last = run
-        return run
-
-    def _supersede(self, slot: _Slot) -> None:
-        for old in slot.active:
-            if not old.superseded:
-                old.superseded = True
-                slot.owners -= 1
-                old.cancel("superseded")
-        while slot.waiting:
-            old = slot.waiting.popleft()
-            old.superseded = True
-            old.cancel_reason = "superseded"
-            self._end_queued(old)
-
-    def _start(self, run: Run, slot: _Slot) -> None:
-        assert self._tg is not None
-        if run.status == "queued":
-            self._count -= 1
-            run.status = "running"
-        run._on_cancel = self._on_cancel_started
-        slot.active[run] = None
-        slot.owners += 1
-        slot.last = run
-        self._count += 1
-        run._handle = self._tg.create_task(self._drive(run, slot), name=run.name)
-
-    async def _drive(self, run: Run, slot: _Slot) -> None:
-        # A run is new work, not a reaction to the write that dispatched it: its writes start
-        # a delivery chain of their own.
-        fresh_chain()
-        state = self.state
-        # A task copies the context of whoever dispatched it, maybe another resolver's fenced
-        # source; this run's callbacks (deliver, subscribers) must not write as that resolver.
-        token = state.engine.push_actor(None) if state.engine.actor() is not None else None
-        try:
-            try:
-                await run.execute(self._limiter)
-            except BaseException:
-                # The session itself is being cancelled (its block raised, or an outer scope).
-                self._finish(run, slot, outer=True)
-                if run.deliver is not None:
-                    await self._deliver(run)
-                raise
-            self._finish(run, slot)
-            if run.deliver is not None:
-                await self._deliver(run)
-        finally:
-            if token is not None:
-                state.engine.pop_actor(token)
-
-    def _finish(self, run: Run, slot: _Slot, *, outer: bool = False) -> None:
-        """Bookkeeping and the terminal write of an ended run (synchronous, so nothing
-        interleaves between deciding who owns the keys and writing them)."""
-        del slot.active[run]
-        if not run.superseded:
-            slot.owners -= 1
-        if outer:
-            run.finish_cancelled("session closed", write=False)
-        if not run.superseded:
-            # In parallel mode the status stays "running" while another run is in flight.
-            run.write_outcome(status=not slot.owners)
-        self._count -= 1
-        run.notify()
-        while slot.waiting and not slot.owners:
-            self._start_queued(slot)
-        if not slot.active and not slot.waiting and self._slots.get(run.name) is slot:
-            del self._slots[run.name]
-        self._check_idle()
-
-    def _start_queued(self, slot: _Slot) -> None:
-        assert slot.waiting is not None
-        run = slot.waiting.popleft()
-        try:
-            run.write_running()
-        except Exception as exc:
-            # The state refuses it now (a policy added meanwhile): it ends without starting.
-            run.exception = exc
-            run.error = error_message(exc)
-            run.status = "error"
-            run._on_cancel = None
-            self._count -= 1
-            run.notify()
-            self._report(run.resolver, exc)
-            if run.deliver is not None and self._tg is not None:
-                self._tg.start_soon(self._deliver, run)
-            self._check_idle()
-            return
-        self._start(run, slot)
-
-    def _cancel_queued(self, run: Run) -> None:
-        """``run.cancel()`` on a queued run: it leaves the queue and ends without starting."""
-        slot = self._slots.get(run.name)
-        if slot is None or slot.waiting is None or run not in slot.waiting:
-            return
-        slot.waiting.remove(run)
-        self._end_queued(run)
-        if not slot.active and not slot.waiting:
-            del self._slots[run.name]
-
-    def _end_queued(self, run: Run) -> None:
-        """End a run that never started (cancelled or superseded while queued)."""
-        if run.cancel_reason is None:
-            run.cancel_reason = "cancelled"
-        run.status = "cancelled"
-        run._on_cancel = None
-        self._count -= 1
-        run.notify()
-        if run.deliver is not None and self._tg is not None:
-            self._tg.start_soon(self._deliver, run)
-        self._check_idle()
-
-    async def _deliver(self, run: Run) -> None:
-        assert run.deliver is not None
-        try:
-            result = self.dress(run.background_result(), to_model=isinstance(run.deliver, ToInbox))
-            outcome = run.deliver(result)
-            if inspect.isawaitable(outcome):
-                # Delivered even while the session closes, but never for longer than the grace.
-                with anyio.CancelScope(shield=True), self.clock.deadline(self.cancel_grace):
-                    await outcome
-        except Exception as exc:
-            self._report(run.deliver, exc)
 
     def dress(self, result: BackgroundResult, *, to_model: bool = True) -> BackgroundResult:
         """``result`` with its ``response`` (what the model is told) made by the result
@@ -696,84 +432,6 @@ class Session(ConversationAliases):
             self._idle.set()
             self._idle = None
 
-    # -- resuming after a restart -----------------------------------------------------------
-
-    def in_flight(self) -> list[str]:
-        """The resolvers a previous process left running, which no run here has taken over.
-
-        On a durable state each run records how it was started; a ``<name>:status`` still
-        ``"running"`` from before this session opened means that process stopped mid-run. Flows
-        re-dispatch their own ``on_enter`` resolvers as they resume; :meth:`resume` the rest.
-        """
-        state = self.state
-        names = []
-        for key in state.keys(prefix=""):
-            if not key.endswith(":status"):
-                continue
-            entry = state.entry(key)
-            if (
-                entry is None
-                or entry.value != "running"
-                or entry.seq > self._opened_seq
-                or "mode" not in entry.provenance.meta
-            ):
-                continue
-            name = key[: -len(":status")]
-            if name not in self._claimed and not self.is_running(name):
-                names.append(name)
-        return names
-
-    def resume(self, *resolvers: Resolver, abandon: bool = False) -> list[Run]:
-        """Re-dispatch the resolvers that were in flight when the process stopped.
-
-        Give every resolver that may have been in flight (a resolver is code: the state holds
-        only its name). Each one :meth:`in_flight` names runs again in the mode it was started
-        in (background results go to the session's inbox; a call-mode run, whose caller is
-        gone, is dispatched). Resolvers that finished are never re-run: completed work is
-        exactly-once, in-flight work at-least-once. An in-flight name with no resolver given
-        raises :class:`~slateflow.errors.RecoveryError` before anything starts, unless
-        ``abandon=True``, which marks those ``cancelled`` instead. Returns the new runs.
-        """
-        self._check_usable()
-        given: dict[str, Resolver] = {}
-        for resolver in resolvers:
-            if not isinstance(resolver, Resolver):
-                raise TypeError(f"resume() takes Resolvers, got {type(resolver).__name__}")
-            given[resolver.name] = resolver
-        pending = self.in_flight()
-        missing = [name for name in pending if name not in given]
-        if missing and not abandon:
-            raise RecoveryError(
-                f"resolver(s) {', '.join(map(repr, missing))} were in flight when the state was "
-                "last written; pass them to session.resume(...) to re-dispatch them, or "
-                "abandon=True to mark them cancelled"
-            )
-        runs: list[Run] = []
-        for name in pending:
-            found = given.get(name)
-            if found is None:
-                stamp = Stamp("system", name, None, {"reason": "abandoned after a restart"})
-                self.state.engine.commit_owned({f"{name}:status": "cancelled"}, (), stamp, "resume")
-                continue
-            entry = self.state.entry(found.status_key)
-            meta = entry.provenance.meta if entry is not None else {}
-            self._claimed.add(name)
-            if meta.get("mode") == "background":
-                hint = Scheduling(str(meta.get("scheduling", Scheduling.WHEN_IDLE.value)))
-                runs.append(
-                    self._submit(found, "background", None, self.inbox_delivery(None), hint)
-                )
-            else:
-                runs.append(self._submit(found, "dispatch", None, None, None))
-        return runs
-
-    def _claim(self, name: str) -> bool:
-        """A resuming flow takes over re-dispatching ``name`` (False: someone already has)."""
-        if name in self._claimed or self.is_running(name):
-            return False
-        self._claimed.add(name)
-        return True
-
     # -- reactions -------------------------------------------------------------------------
 
     def _react(
@@ -811,7 +469,7 @@ class Session(ConversationAliases):
 
     # -- flows -----------------------------------------------------------------------------
 
-    def run_flow(self, flow: Runnable[_R_co], *, enforcement: Any = "enforce") -> _R_co:
+    def run_flow(self, flow: Runnable[R_co], *, enforcement: Any = "enforce") -> R_co:
         """Start running ``flow`` over this session's state and return its ``FlowRunner``.
 
         The flow is compiled first (``FlowDefinitionError`` lists its problems). Steps advance

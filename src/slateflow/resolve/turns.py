@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from .background import BackgroundResult, Scheduling
 
@@ -24,10 +24,12 @@ __all__ = [
     "DEFAULT_MAX_TRANSCRIPT",
     "VOICE_TIMING_KEY",
     "Admitted",
+    "Closable",
     "Conversation",
     "Governor",
     "Handover",
     "HandoverMode",
+    "Runnable",
     "TellMarker",
     "Turn",
     "TurnContext",
@@ -167,6 +169,22 @@ class Governor(Protocol):
     def known_tools(self) -> list[str]: ...
     def voice_timing(self) -> Any: ...
     def told_marker(self) -> TellMarker | None: ...
+
+
+class Closable(Protocol):
+    """What a session closes as it ends (a running flow)."""
+
+    def close(self) -> None: ...
+
+
+R_co = TypeVar("R_co", bound=Closable, covariant=True)
+
+
+class Runnable(Protocol[R_co]):
+    """Something ``session.run_flow`` can start (a :class:`~slateflow.Flow`): the flow layer
+    sits above the session, so the session only knows this method."""
+
+    def _run_in(self, session: Session, /, *, enforcement: Any) -> R_co: ...
 
 
 def delivery_line(result: BackgroundResult) -> str:
