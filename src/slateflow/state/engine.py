@@ -27,8 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -41,7 +40,7 @@ from .actors import Actor
 from .chains import depth as chain_depth
 from .delivery import Delivery
 from .journal import JournalSink, Ring
-from .keys import Key, check_key, key_name
+from .keys import Key, check_key
 from .policy import Policy
 from .provenance import Stamp
 from .records import Change, RawChange
@@ -49,6 +48,7 @@ from .recovery import follow, recover
 from .schema import Schemas
 from .validation import Op, Validator
 from .values import _BIG, JSON, REMOVED, Prefix, plain, same
+from .writers import Writers
 
 if TYPE_CHECKING:
     from .transaction import Transaction
@@ -75,27 +75,7 @@ def _equal(old: JSON, new: JSON) -> bool:
     return False
 
 
-_NOTHING = nullcontext()
-
-
-class _Outside:
-    """Hides the open transaction from this context for the block."""
-
-    __slots__ = ("_token", "_var")
-
-    def __init__(self, var: ContextVar[Transaction | None]) -> None:
-        self._var = var
-        self._token: Token[Transaction | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = self._var.set(None)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        self._var.reset(self._token)
-
-
-class Engine:
+class Engine(Writers):
     """The commit path of one State, and what the runtime layers need from it.
 
     Thread-safe: every commit runs under :attr:`lock` (re-entrant), and delivery happens after
@@ -563,77 +543,6 @@ class Engine:
         """Every key's version, read in one consistent view."""
         with self.lock:
             return {key: row[1] for key, row in self.entries.items()}
-
-    # -- who is writing: acting_as blocks and transactions -----------------------------------
-
-    def push_actor(self, actor: Actor | None) -> Token[Actor | None]:
-        """Write as ``actor`` (None: as nobody) in this context until :meth:`pop_actor`.
-
-        Not a context manager: the Session enters one per resolver run (a hot path).
-        """
-        token = self._actorvar.set(actor)
-        with self.lock:
-            self.acting += 1
-            self.fenced += 1
-        return token
-
-    def pop_actor(self, token: Token[Actor | None]) -> None:
-        """Undo the matching :meth:`push_actor`."""
-        self._actorvar.reset(token)
-        with self.lock:
-            self.acting -= 1
-            self.fenced -= 1
-
-    def actor(self) -> Actor | None:
-        """The actor this context writes as, if any."""
-        return self._actorvar.get()
-
-    def admit(
-        self, keys: Iterable[str | Key[Any]], source: str, writer: str | None
-    ) -> tuple[str, str | None]:
-        """The provenance the current actor gives a write of ``keys`` (raises if it may not)."""
-        actor = self._actorvar.get()
-        if actor is None:
-            return source, writer
-        admitted = source, writer
-        for key in keys:
-            admitted = actor.admit(key_name(key), source, writer)
-        return admitted
-
-    def transaction(self) -> Transaction | None:
-        """The transaction whose ``with`` block the current context is in, if any.
-
-        A task started inside the block inherits its context; once the block has exited, that
-        task's reads and writes go to the state again.
-        """
-        if not self.tx_open:
-            return None
-        tx = self._txvar.get()
-        # After an inner block exits, an outer block may still be open.
-        while tx is not None and tx._token is None:
-            tx = tx._parent
-        return tx
-
-    def enter_tx(self, tx: Transaction) -> Token[Transaction | None]:
-        """Route this context's state calls into ``tx`` (its ``with`` block opens)."""
-        with self.lock:
-            self.tx_open += 1
-            self.fenced += 1
-        return self._txvar.set(tx)
-
-    def exit_tx(self, token: Token[Transaction | None]) -> None:
-        """Undo the matching :meth:`enter_tx`."""
-        self._txvar.reset(token)
-        with self.lock:
-            self.tx_open -= 1
-            self.fenced -= 1
-
-    def outside_transaction(self) -> AbstractContextManager[None]:
-        """A context in which this context's calls go to the state as if no transaction were
-        open (runtime writes that must commit now, whatever block the writer's code is in)."""
-        if not self.tx_open or self._txvar.get() is None:
-            return _NOTHING
-        return _Outside(self._txvar)
 
     # -- recovery ----------------------------------------------------------------------------
 

@@ -16,9 +16,7 @@ from ..errors import (
     StoreCorruptError,
 )
 from ..stores.base import Store
-from . import waits
 from .actors import Actor
-from .derived import Derived
 from .engine import Engine, Row
 from .governance import Governance
 from .journal import JournalSink
@@ -27,14 +25,13 @@ from .keys import key_list as _key_list
 from .persistence import Persistence
 from .policy import Policy
 from .provenance import Provenance, ns_to_dt
-from .records import SECRET_MASK, Change, Entry, Mutation
+from .reacting import Reacting
+from .records import SECRET_MASK, Entry, Mutation
 from .schema import explain
 from .scopes import Scopes
 from .snapshots import SNAPSHOT_FORMAT
-from .subscriptions import Callback, Subscription
 from .transaction import Transaction
 from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json
-from .when import Transition
 
 __all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
 
@@ -46,7 +43,7 @@ _MISSING = MISSING
 _CONTAINERS = (dict, list, Prefix)
 
 
-class State(Governance, Persistence, Scopes):
+class State(Governance, Persistence, Reacting, Scopes):
     """The governed blackboard: JSON values under ``:``-separated keys, with versions,
     provenance, schemas, policies, transactions, a journal and change signals.
 
@@ -470,80 +467,6 @@ class State(Governance, Persistence, Scopes):
         engine.deliver()
         return len(doomed)
 
-    # -- subscriptions and watchers ----------------------------------------------------------
-
-    def subscribe(
-        self,
-        callback: Callback,
-        keys: str | Key[Any] | Iterable[str | Key[Any]] | None = None,
-        pattern: str | Iterable[str] | None = None,
-    ) -> Subscription:
-        """Call ``callback(changes)`` once per committed batch touching the watched keys.
-
-        ``keys`` (exact keys) and ``pattern`` (one or more ``*`` patterns) filter what is
-        delivered; with neither, every change is. ``changes`` holds only the matching changes of
-        the batch, in commit order. A callback that raises is logged and reported on
-        ``receiver_failed``; the write and the other subscribers are unaffected.
-        """
-        names = None if keys is None else [key_name(k) for k in _key_list(keys)]
-        return self._engine.delivery.subscribe(callback, names, pattern)
-
-    def _unsubscribe(self, sub: Subscription) -> None:
-        self._engine.delivery.unsubscribe(sub)
-
-    def watch(
-        self,
-        key: str | Key[Any],
-        when: Transition | Callable[[Any, Any], bool],
-        action: Callable[[Change], Any],
-    ) -> Subscription:
-        """Call ``action(change)`` whenever a change to ``key`` satisfies ``when(old, new)``.
-
-        Use the predicates in :mod:`slateflow.when` (``changed_to``, ``crossed_above``, ...).
-        """
-        name = key_name(key)
-        if not callable(when) or not callable(action):
-            raise TypeError(
-                f"watch({name!r}, when, action) needs two callables: a predicate over "
-                "(old, new) such as when.changed_to('done'), and an action taking the Change"
-            )
-
-        def on_change(changes: tuple[Change, ...]) -> None:
-            for change in changes:
-                if when(change.old, change.new):
-                    action(change)
-
-        action_name = getattr(action, "__qualname__", repr(action))
-        on_change.__qualname__ = f"watch({name!r}, {when!r}, {action_name})"
-        return self.subscribe(on_change, keys=[name])
-
-    # -- async waits -------------------------------------------------------------------------
-
-    async def wait_for(self, key: str | Key[Any], *, timeout: float | None = None) -> Any:
-        """Wait until ``key`` is set and return its value (at once if it already is).
-
-        Wakes on writes from any thread. Raises :class:`WaitTimeoutError` (a ``TimeoutError``)
-        after ``timeout`` seconds; cancelling the waiting task leaves nothing behind.
-        """
-        return await waits.wait_for(self, key, timeout)
-
-    async def wait_until(
-        self,
-        predicate: Callable[[State], Any],
-        *,
-        keys: Iterable[str | Key[Any]] | None = None,
-        pattern: str | Iterable[str] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """Wait until ``predicate(state)`` is truthy and return what it returned.
-
-        The predicate is checked now and after every committed batch touching ``keys`` /
-        ``pattern`` (every batch if neither is given), at delivery time, so a condition that is
-        true only briefly is still seen. An exception from the predicate is raised here
-        unchanged. Raises :class:`WaitTimeoutError` after ``timeout`` seconds.
-        """
-        return await waits.wait_until(self, predicate, keys, pattern, timeout)
-
     # -- acting writers -----------------------------------------------------------------------
 
     @contextmanager
@@ -647,14 +570,6 @@ class State(Governance, Persistence, Scopes):
 
     def __repr__(self) -> str:
         return f"<State {len(self._entries)} keys, seq {self._engine.seq}>"
-
-    def derive(
-        self, name: str, fn: Callable[[State], Any], *, reads: Iterable[str | Key[Any]]
-    ) -> Derived:
-        """Compute ``derived:<name>`` as ``fn(state)`` now and whenever a key in ``reads``
-        changes; its provenance (source ``"derived"``, writer ``name``) records the versions of
-        the inputs it was computed from. Returns the handle (``close()`` stops it)."""
-        return Derived(self, name, fn, reads)
 
 
 def provenance(state: State, key: str | Key[Any]) -> str | None:

@@ -11,10 +11,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from ..errors import StateValueError, StoreClosedError, StoreCorruptError, StoreError
 from .base import Durability
+from .checkpoints import Checkpoints
 from .digests import base_digest, commit_digest
 from .filelock import FileLock
 from .records import (
@@ -60,7 +60,7 @@ class _Compact:
         self.written = threading.Event()
 
 
-class SQLiteStore:
+class SQLiteStore(Checkpoints):
     """Keeps every committed batch in a SQLite file, so a State survives a crash.
 
     ``durability="batch"`` (the default): ``set`` returns at once and a background thread commits
@@ -551,49 +551,6 @@ class SQLiteStore:
         return StoreError(
             f"store {str(self.path)!r} was opened read-only; open it with State.open to write"
         )
-
-    def _side_write(self, sql: str, args: tuple[Any, ...]) -> None:
-        if self.readonly:
-            raise self._readonly()
-        with self._lock:
-            if self._closing:
-                raise StoreClosedError(f"store {str(self.path)!r} is closed")
-            self._owner.check_in_place()
-            conn = self._reader()
-            try:
-                conn.execute(sql, args)
-            except sqlite3.Error as exc:
-                raise StoreError(f"store {str(self.path)!r}: {exc}") from None
-
-    def load_checkpoint(self, workflow_id: str) -> str | None:
-        with self._lock:
-            if self._closing:
-                raise StoreClosedError(f"store {str(self.path)!r} is closed")
-            try:
-                row = (
-                    self._reader()
-                    .execute("SELECT data FROM checkpoints WHERE workflow_id = ?", (workflow_id,))
-                    .fetchone()
-                )
-            except sqlite3.Error as exc:
-                raise StoreCorruptError(f"store {str(self.path)!r} is damaged ({exc})") from None
-        if row is None:
-            return None
-        data = row[0]
-        if type(data) is not str:
-            raise StoreCorruptError(
-                f"store {str(self.path)!r}: the checkpoint of {workflow_id!r} is not text"
-            )
-        return data
-
-    def save_checkpoint(self, workflow_id: str, data: str) -> None:
-        self._side_write(
-            "INSERT OR REPLACE INTO checkpoints (workflow_id, data, updated_ns) VALUES (?, ?, ?)",
-            (workflow_id, data, time.time_ns()),
-        )
-
-    def delete_checkpoint(self, workflow_id: str) -> None:
-        self._side_write("DELETE FROM checkpoints WHERE workflow_id = ?", (workflow_id,))
 
     def __enter__(self) -> SQLiteStore:
         return self
