@@ -1,6 +1,9 @@
-"""Adversarial review of ``slateflow.state``: each test here pins down a real defect (or a risky
-behaviour the rest of the suite does not cover). No sleeps: interleavings are forced with
-``threading.Event`` and small instrumentation of caches the library reads twice."""
+"""The State under races and failed writes: a failed write inside a transaction buffers nothing,
+a failed declaration declares nothing and leaks no secret, one-string arguments mean one key,
+the journal ring keeps exactly what it documents, and rules, declarations and subscriptions
+added while another thread reads, updates or closes are never lost. No sleeps: interleavings
+are forced with ``threading.Event`` and small instrumentation of caches the library reads
+twice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Edge cases found in review: each test names the behaviour a user relies on."""
+"""State invariants at the edges: invalid keys fail the same inside a transaction, a change
+never hands out the stored value, a raising clock leaves everything as it was, nested blocks
+and scoped views route writes where they belong, and a refused nested commit merges nothing."""
 
 from __future__ import annotations
 
