@@ -8,7 +8,7 @@ Run: ``python bench/store_bench.py`` (add ``--quick`` for a fast smoke run, as C
   the writes kept to the pace. Target: <= 30 us amortised at 10,000 writes/s.
 - ``durability="sync"``: what a ``set`` costs when it returns only once its commit is on disk.
 - Recovery: ``State.open`` of a file holding 100,000 commits (best of 3); target <= 1.5 s.
-  Also ``state.at(seq)`` in the middle of that history, and ``compact()``.
+  Also ``state.journal.at(seq)`` in the middle of that history, and ``compact()``.
 - A 3-step flow, each step completed by one write, run to completion many times: in memory,
   durable (batch, flushed at the end of each flow) and durable (sync), per step, side by side
   with the peers' SQLite persistence as quoted by the issue.
@@ -107,11 +107,11 @@ def bench_recovery(where: Path, commits: int) -> tuple[float, float, float, floa
         again.close()
     again = State.open(path)
     t0 = time.perf_counter()
-    past = again.at(commits // 2)
+    past = again.journal.at(commits // 2)
     at_seconds = time.perf_counter() - t0
     assert past.cursor == commits // 2
     t0 = time.perf_counter()
-    again.compact()
+    again.journal.compact()
     compact_seconds = time.perf_counter() - t0
     again.close()
     return min(times), size, at_seconds, compact_seconds
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         mark = "ok" if opened * (100_000 / commits) <= 1.5 else "MISSED"
         rows.append((label, f"{opened:.3f} s", f"{target}  {mark}"))
         rows.append(("  file size", f"{size:.1f} MB", ""))
-        rows.append(("  state.at(middle)", f"{at_seconds:.3f} s", ""))
-        rows.append(("  state.compact()", f"{compact_seconds:.3f} s", ""))
+        rows.append(("  state.journal.at(middle)", f"{at_seconds:.3f} s", ""))
+        rows.append(("  state.journal.compact()", f"{compact_seconds:.3f} s", ""))
         flows = 50 if quick else 500
         memory = bench_flow(State, flows)
         batch = bench_flow(lambda: State.open(where / "flow-batch.db"), flows)

@@ -29,14 +29,14 @@ def fingerprint(state: State) -> tuple[Any, ...]:
         state.keys(),
         len(state),
         state.cursor,
-        [m.to_dict(redact=False) for m in state.mutations_since(0)],
+        [m.to_dict(redact=False) for m in state.journal.since(0)],
     )
 
 
 def committed_view(state: State) -> tuple[dict[str, Any], int, list[Any]]:
     """The committed state (values, versions, provenance), cursor and journal; unlike
     :func:`fingerprint` it reads nothing through an open transaction."""
-    return state.snapshot(), state.cursor, state.mutations_since(0)
+    return state.snapshot(), state.cursor, state.journal.since(0)
 
 
 THREADS = 8

@@ -27,6 +27,7 @@ from slateflow.errors import (
     StateValueError,
     VersionConflictError,
 )
+from slateflow.state import end_turn
 
 Op = Callable[[State], object]
 
@@ -480,7 +481,7 @@ READ_ONLY_BOOKING = policy("booking:*", read_only=True)
          "booking:name", setup=READ_ONLY_BOOKING),
     Case("clear_prefix", lambda s: s.clear_prefix(""), ReadOnlyError, "booking:date",
          setup=READ_ONLY_BOOKING),
-    Case("end_turn", lambda s: s.end_turn(), ReadOnlyError, "turn:intent",
+    Case("end_turn", lambda s: end_turn(s), ReadOnlyError, "turn:intent",
          setup=policy("turn:intent", read_only=True)),
     Case("writers", lambda s: s.set("verify:result", 1, writer="other"), PolicyViolation,
          "verify:result", setup=policy("verify:*", writers=["verify"])),
@@ -545,7 +546,7 @@ def test_derived_clear_is_refused() -> None:
         lambda s: s.set("user:score", 0.0),  # 0 -> 0.0 is a change
         lambda s: s.remove("user:name"),
         lambda s: s.update({"new:key": None}),
-        lambda s: s.end_turn(),
+        lambda s: end_turn(s),
     ],
     ids=["set", "int_to_float", "remove", "update", "end_turn"],
 )

@@ -247,7 +247,7 @@ def test_a_voice_style_sequence_of_turns() -> None:
     extractor = booking()
     first = extractor.extract(state, "Saturday at 7pm for four people")
     assert first.written == {"booking:when": "saturday", "booking:party_size": 4}
-    assert len({m.seq for m in state.mutations_since(0)}) == 1  # one batch
+    assert len({m.seq for m in state.journal.since(0)}) == 1  # one batch
     prov = state.provenance("booking:party_size")
     assert prov is not None
     assert (prov.source, prov.writer, prov.confidence) == ("extraction", "booking", 0.85)

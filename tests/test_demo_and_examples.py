@@ -96,7 +96,7 @@ def test_demo_runs_from_the_command_line() -> None:
         "booking:status is still None",
         "attempt 2 committed: one batch, one signal (party of 5 at 19:30)",
         "user:card = ***",
-        "state.end_turn() cleared 1 key(s)",
+        "end_turn(state) cleared 1 key(s)",
     ]:
         assert phrase in out, phrase
     assert "4929 1234 5678 9012" not in out

@@ -1,4 +1,4 @@
-"""Derived values: ``state.derive(name, fn, reads=[...])`` keeps ``derived:<name>`` computed
+"""Derived values: ``Derived(state, name, fn, reads=[...])`` keeps ``derived:<name>`` computed
 from other keys, with provenance naming the input versions."""
 
 from __future__ import annotations
@@ -7,13 +7,17 @@ import pytest
 
 from slateflow import State
 from slateflow.errors import ReadOnlyError, UsageError
+from slateflow.state import Derived
 
 
 def test_a_derived_value_is_computed_at_once_and_recomputed_when_an_input_changes() -> None:
     state = State()
     state.update({"b:size": 4, "b:price": 25})
-    total = state.derive(
-        "total", lambda s: s.get("b:size", 0) * s.get("b:price", 0), reads=["b:size", "b:price"]
+    total = Derived(
+        state,
+        "total",
+        lambda s: s.get("b:size", 0) * s.get("b:price", 0),
+        reads=["b:size", "b:price"],
     )
     assert state.get("derived:total") == 100
     state.set("b:size", 6)
@@ -29,9 +33,9 @@ def test_a_derived_value_is_computed_at_once_and_recomputed_when_an_input_change
 def test_derived_keys_are_read_only_through_their_view_and_say_who_computes_them() -> None:
     state = State()
     state.set("x", 1)
-    state.derive("double", lambda s: s.get("x") * 2, reads=["x"])
+    Derived(state, "double", lambda s: s.get("x") * 2, reads=["x"])
     assert state.derived.get("double") == 2
-    with pytest.raises(ReadOnlyError, match=r"computed by state\.derive"):
+    with pytest.raises(ReadOnlyError, match=r"computed by Derived\(state"):
         state.derived.set("double", 3)
 
 
@@ -40,7 +44,7 @@ def test_a_failing_computation_is_reported_and_keeps_the_last_value() -> None:
     failures: list[BaseException] = []
     state.receiver_failed.connect(lambda s, **kw: failures.append(kw["error"]), weak=False)
     state.set("x", 2)
-    state.derive("inverse", lambda s: 1 / s.get("x"), reads=["x"])
+    Derived(state, "inverse", lambda s: 1 / s.get("x"), reads=["x"])
     assert state.get("derived:inverse") == 0.5
     state.set("x", 0)
     assert state.get("derived:inverse") == 0.5
@@ -53,4 +57,4 @@ def test_a_failing_computation_is_reported_and_keeps_the_last_value() -> None:
 )
 def test_a_derived_value_must_read_other_keys(reads: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        State().derive("self", lambda s: 1, reads=reads)
+        Derived(State(), "self", lambda s: 1, reads=reads)

@@ -66,7 +66,7 @@ def test_the_key_opens_them_exactly(tmp_path: Path) -> None:
         assert state.get("card:meta") == {"brand": "visa", "last4": [1, 1, 1, 1]}
         assert state.get("booking:size") == 4
         assert isinstance(state.store, SealedStore)
-        assert state.at(1).get("card:number") == CARD  # history too
+        assert state.journal.at(1).get("card:number") == CARD  # history too
 
 
 def test_without_the_key_the_file_refuses_to_open_naming_the_key(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_a_rotated_key_opens_old_values_and_seals_new_ones(tmp_path: Path) -> No
     with State.open(path, policy=secret_policy(), encryption_key=[new, old]) as state:
         assert state.get("card:number") == CARD
         state.set("card:number", "5555444433331111")
-        state.compact()  # every value now sealed with the new key
+        state.journal.compact()  # every value now sealed with the new key
     with State.open(path, policy=secret_policy(), encryption_key=new) as state:
         assert state.get("card:number") == "5555444433331111"
         assert state.get("card:meta")["brand"] == "visa"
@@ -111,7 +111,7 @@ def test_a_value_that_looks_like_a_seal_is_not_taken_for_one(tmp_path: Path) -> 
         for n, value in enumerate(lookalikes):
             state.set(f"notes:{n}", value)
             state.set(f"card:{n}", value)
-        state.compact()
+        state.journal.compact()
         state.set("notes:after", lookalikes[0])
     with State.open(path, policy=secret_policy(), encryption_key=key) as state:
         for n, value in enumerate(lookalikes):

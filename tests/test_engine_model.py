@@ -156,7 +156,7 @@ def apply(state: State, model: Model, op: tuple[Any, ...], store: MemoryStore) -
         return recovered
     if expected:
         assert state.cursor == before + 1, op
-        got = [(c.key, c.new, c.version) for c in state.mutations_since(before)]
+        got = [(c.key, c.new, c.version) for c in state.journal.since(before)]
         assert [(k, tagged(v), n) for k, v, n in got] == [(k, tagged(v), n) for k, v, n in expected]
     else:
         assert state.cursor == before
@@ -213,7 +213,7 @@ def test_a_store_that_decides_the_seq_is_followed_by_state_journal_and_receivers
     state.update({"a": 2, "b": 3})
     assert state.cursor == 20
     assert state.entry("a").seq == 20  # type: ignore[union-attr]
-    assert [c.seq for c in state.mutations_since(0)] == [10, 20, 20]
+    assert [c.seq for c in state.journal.since(0)] == [10, 20, 20]
     assert seen == [10, 20]
     assert state.set("c", 4) == 1
     assert state.cursor == 30

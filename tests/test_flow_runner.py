@@ -122,7 +122,7 @@ def chain(name: str, n: int, **extra: Any) -> Flow:
 
 
 def writes_of(state: State, key: str, since: int) -> int:
-    return sum(1 for change in state.mutations_since(since) if change.key == key)
+    return sum(1 for change in state.journal.since(since) if change.key == key)
 
 
 class Counted:
@@ -948,7 +948,7 @@ def test_flow_keys_are_written_only_when_they_change() -> None:
     cursor = state.cursor
     runner.advance()
     runner.on_tool_ok("x")
-    assert state.mutations_since(cursor) == []
+    assert state.journal.since(cursor) == []
     state.set("a", 1)
     assert writes_of(state, "flow:quiet:active", cursor) == 1
     assert writes_of(state, "flow:quiet:done", cursor) == 1

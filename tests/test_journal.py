@@ -13,7 +13,7 @@ import pytest
 
 from slateflow import Change, SlateError, State
 from slateflow.errors import CursorExpiredError
-from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, Mutation
+from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, Mutation, end_turn
 
 
 class BatchSink:
@@ -45,7 +45,7 @@ def seqs(mutations: Sequence[Mutation]) -> list[int]:
 def test_new_state_has_cursor_zero_and_an_empty_journal() -> None:
     state = State()
     assert state.cursor == 0
-    assert state.mutations_since(0) == []
+    assert state.journal.since(0) == []
 
 
 def test_cursor_counts_batches_not_changes() -> None:
@@ -57,7 +57,7 @@ def test_cursor_counts_batches_not_changes() -> None:
     state.set("a", 1)  # no change
     state.update({"b": 1})  # no change
     assert state.cursor == 2
-    assert seqs(state.mutations_since(0)) == [1, 2, 2, 2]
+    assert seqs(state.journal.since(0)) == [1, 2, 2, 2]
 
 
 def test_mutations_since_returns_later_mutations_oldest_first() -> None:
@@ -66,10 +66,10 @@ def test_mutations_since_returns_later_mutations_oldest_first() -> None:
     cursor = state.cursor
     state.set("b", 2)
     state.update({"c": 3, "a": 4})
-    got = state.mutations_since(cursor)
+    got = state.journal.since(cursor)
     assert [(m.key, m.new, m.seq) for m in got] == [("b", 2, 2), ("c", 3, 3), ("a", 4, 3)]
-    assert state.mutations_since(state.cursor) == []
-    assert state.mutations_since(state.cursor + 10) == []
+    assert state.journal.since(state.cursor) == []
+    assert state.journal.since(state.cursor + 10) == []
 
 
 def test_mutations_are_the_changes_that_were_delivered() -> None:
@@ -79,7 +79,7 @@ def test_mutations_are_the_changes_that_were_delivered() -> None:
     state.subscribe(delivered.extend)
     state.set("a", 1)
     state.update({"b": 2, "c": 3})
-    journal = state.mutations_since(0)
+    journal = state.journal.since(0)
     assert len(journal) == len(delivered) == 3
     assert journal == delivered
 
@@ -89,7 +89,7 @@ def test_mutation_records_old_new_version_and_provenance() -> None:
     state.set("a", [1], source="agent", writer="w", confidence=1, meta={"why": "test"})
     state.set("a", [1, 2])
     state.remove("a")
-    first, second, third = state.mutations_since(0)
+    first, second, third = state.journal.since(0)
     assert (first.old, first.new, first.version) == (None, [1], 1)
     assert (second.old, second.new, second.version) == ([1], [1, 2], 2)
     assert (third.old, third.new, third.version, third.removed) == ([1, 2], None, 0, True)
@@ -105,9 +105,9 @@ def test_mutation_records_old_new_version_and_provenance() -> None:
 def test_mutation_values_are_copies() -> None:
     state = State()
     state.set("a", {"x": [1]})
-    (m,) = state.mutations_since(0)
+    (m,) = state.journal.since(0)
     m.new["x"].append(2)
-    assert state.mutations_since(0)[0].new == {"x": [1]}
+    assert state.journal.since(0)[0].new == {"x": [1]}
     assert state.get("a") == {"x": [1]}
 
 
@@ -121,8 +121,8 @@ def test_every_origin_is_recorded() -> None:
     state.rename("c", "d")
     state.remove("a")
     state.clear_prefix("p:")
-    state.end_turn()
-    got = [(m.origin, m.key) for m in state.mutations_since(0)]
+    end_turn(state)
+    got = [(m.origin, m.key) for m in state.journal.since(0)]
     assert got == [
         ("set", "a"),
         ("modify", "a"),
@@ -140,7 +140,7 @@ def test_every_origin_is_recorded() -> None:
         ("end_turn", "turn:x"),
         ("end_turn", "temp:y"),
     ]
-    rename_old, rename_new = state.mutations_since(0)[8:10]
+    rename_old, rename_new = state.journal.since(0)[8:10]
     assert rename_old.removed
     assert rename_old.seq == rename_new.seq
     assert rename_new.new == 1
@@ -154,7 +154,7 @@ def test_failed_write_leaves_no_record() -> None:
     with pytest.raises(SlateError):
         state.update({"b": 1, "c": float("nan")})
     assert state.cursor == 1
-    assert len(state.mutations_since(0)) == 1
+    assert len(state.journal.since(0)) == 1
 
 
 # -- the ring ------------------------------------------------------------------------------------
@@ -164,11 +164,11 @@ def test_default_ring_keeps_1024_records() -> None:
     state = State()
     for i in range(1024):
         state.set("k", i)
-    assert len(state.mutations_since(0)) == 1024
+    assert len(state.journal.since(0)) == 1024
     state.set("k", "one more")
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(0)
-    got = state.mutations_since(1)
+        state.journal.since(0)
+    got = state.journal.since(1)
     assert len(got) == 1024
     assert got[0].seq == 2
     assert got[-1].new == "one more"
@@ -178,37 +178,37 @@ def test_expired_cursor_raises_with_a_helpful_message() -> None:
     state = State(journal_size=3)
     for i in range(5):
         state.set("k", i)
-    assert seqs(state.mutations_since(2)) == [3, 4, 5]
+    assert seqs(state.journal.since(2)) == [3, 4, 5]
     with pytest.raises(CursorExpiredError, match="cursor 1") as info:
-        state.mutations_since(1)
+        state.journal.since(1)
     assert "journal_size" in str(info.value)
     assert isinstance(info.value, SlateError)
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(0)
+        state.journal.since(0)
 
 
 def test_partly_overwritten_batch_expires_the_cursor_before_it() -> None:
     state = State(journal_size=3)
     state.set("a", 1)  # seq 1
     state.update({"b": 1, "c": 1})  # seq 2: two records
-    assert seqs(state.mutations_since(0)) == [1, 2, 2]
+    assert seqs(state.journal.since(0)) == [1, 2, 2]
     state.update({"d": 1, "e": 1})  # seq 3 pushes out seq 1 and half of seq 2
-    assert seqs(state.mutations_since(2)) == [3, 3]
+    assert seqs(state.journal.since(2)) == [3, 3]
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(1)  # would have to return all of seq 2, but 'b' is gone
+        state.journal.since(1)  # would have to return all of seq 2, but 'b' is gone
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(0)
+        state.journal.since(0)
 
 
 def test_single_writes_partly_overwriting_a_batch_expire_the_cursor() -> None:
     state = State(journal_size=3)
     state.update({"a": 1, "b": 1})  # seq 1
     state.set("c", 1)  # seq 2
-    assert seqs(state.mutations_since(0)) == [1, 1, 2]
+    assert seqs(state.journal.since(0)) == [1, 1, 2]
     state.set("d", 1)  # seq 3 drops seq 1's first record only
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(0)
-    assert [m.key for m in state.mutations_since(1)] == ["c", "d"]
+        state.journal.since(0)
+    assert [m.key for m in state.journal.since(1)] == ["c", "d"]
 
 
 def test_batch_larger_than_the_ring() -> None:
@@ -216,24 +216,24 @@ def test_batch_larger_than_the_ring() -> None:
     state.set("a", 1)  # seq 1
     state.update({f"k{i}": i for i in range(5)})  # seq 2, five records
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(1)
-    assert state.mutations_since(2) == []
+        state.journal.since(1)
+    assert state.journal.since(2) == []
     state.set("a", 2)
-    assert [m.key for m in state.mutations_since(2)] == ["a"]
+    assert [m.key for m in state.journal.since(2)] == ["a"]
 
 
 def test_journal_size_zero_keeps_nothing() -> None:
     state = State(journal_size=0)
-    assert state.mutations_since(0) == []
+    assert state.journal.since(0) == []
     state.set("a", 1)
     state.update({"b": 1, "c": 1})
     assert state.cursor == 2
     assert state.get("a") == 1
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(0)
+        state.journal.since(0)
     with pytest.raises(CursorExpiredError):
-        state.mutations_since(1)
-    assert state.mutations_since(2) == []
+        state.journal.since(1)
+    assert state.journal.since(2) == []
 
 
 def test_journal_size_zero_still_feeds_sinks_and_subscribers() -> None:
@@ -259,7 +259,7 @@ def test_reading_often_never_expires() -> None:
     seen: list[int] = []
     for i in range(50):
         state.update({"a": i, "b": i})
-        got = state.mutations_since(cursor)
+        got = state.journal.since(cursor)
         seen.extend(m.new for m in got)
         cursor = got[-1].seq
     assert cursor == state.cursor == 50
@@ -295,17 +295,17 @@ def test_sink_sees_the_same_records_as_the_ring() -> None:
     for i in range(10):
         state.set("k", i)
     assert [m.new for m in sink.mutations] == list(range(10))
-    assert sink.mutations[-2:] == state.mutations_since(8)
+    assert sink.mutations[-2:] == state.journal.since(8)
 
 
 def test_add_sink_and_remove_sink() -> None:
     state = State()
     state.set("before", 1)
     sink = MemorySink()
-    state.add_sink(sink)
+    state.journal.add_sink(sink)
     state.set("during", 1)
-    state.remove_sink(sink)
-    state.remove_sink(sink)  # removing twice is harmless
+    state.journal.remove_sink(sink)
+    state.journal.remove_sink(sink)  # removing twice is harmless
     state.set("after", 1)
     assert [m.key for m in sink.mutations] == ["during"]
 
@@ -313,13 +313,13 @@ def test_add_sink_and_remove_sink() -> None:
 def test_add_sink_refuses_non_sinks() -> None:
     state = State()
     with pytest.raises(TypeError, match="record"):
-        state.add_sink(object())  # type: ignore[arg-type]
+        state.journal.add_sink(object())  # type: ignore[arg-type]
 
 
 def test_several_sinks_each_get_everything() -> None:
     first, second = MemorySink(), MemorySink()
     state = State(sinks=[first])
-    state.add_sink(second)
+    state.journal.add_sink(second)
     state.update({"a": 1, "b": 2})
     assert [m.key for m in first.mutations] == [m.key for m in second.mutations] == ["a", "b"]
 
@@ -343,7 +343,7 @@ def test_failing_sink_never_fails_the_write(caplog: pytest.LogCaptureFixture) ->
     assert state.pick("a", "b", "c") == {"a": 1, "b": 1, "c": 1}
     assert [m.key for m in good.mutations] == ["a", "b", "c"]
     assert [c.key for c in delivered] == ["a", "b", "c"]
-    assert len(state.mutations_since(0)) == 3
+    assert len(state.journal.since(0)) == 3
     assert bad.calls == 2
     assert [f["receiver"] for f in failures] == [bad, bad]
     assert all(f["sender"] is state for f in failures)
@@ -408,7 +408,7 @@ def test_jsonl_sink_masks_secrets_by_default(tmp_path: Path) -> None:
     state = State()
     state.policy("user:card", secret=True)
     with JsonlSink(path) as sink:
-        state.add_sink(sink)
+        state.journal.add_sink(sink)
         state.set("user:card", "4111111111111111")
         state.set("user:card", "5500000000000004")
         state.set("user:name", "Ada")
@@ -430,7 +430,7 @@ def test_jsonl_sink_redact_false_keeps_secret_values(tmp_path: Path) -> None:
     state = State()
     state.policy("user:*", secret=True)
     with JsonlSink(path, redact=False) as sink:
-        state.add_sink(sink)
+        state.journal.add_sink(sink)
         state.set("user:card", "4111111111111111")
     assert read_lines(path)[0]["new"] == "4111111111111111"
 
@@ -439,11 +439,11 @@ def test_jsonl_sink_appends_to_an_existing_file(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     state = State()
     with JsonlSink(path) as sink:
-        state.add_sink(sink)
+        state.journal.add_sink(sink)
         state.set("a", 1)
-        state.remove_sink(sink)
+        state.journal.remove_sink(sink)
     with JsonlSink(path) as sink:
-        state.add_sink(sink)
+        state.journal.add_sink(sink)
         state.set("a", 2)
     assert [d["new"] for d in read_lines(path)] == [1, 2]
 
@@ -479,7 +479,7 @@ def test_to_dict_masks_secrets_unless_asked() -> None:
     state = State()
     state.policy("pin", secret=True)
     state.set("pin", 1234)
-    (m,) = state.mutations_since(0)
+    (m,) = state.journal.since(0)
     assert m.to_dict()["new"] == SECRET_MASK
     assert m.to_dict(redact=False)["new"] == 1234
     assert m.secret is True
@@ -510,7 +510,7 @@ def test_change_repr_masks_secrets(secret_state: State) -> None:
     secret_state.subscribe(delivered.extend)
     secret_state.set("user:card", "5500000000000004")
     secret_state.remove("user:card")
-    records = [*secret_state.mutations_since(0), *delivered]
+    records = [*secret_state.journal.since(0), *delivered]
     text = repr(records) + str(records)
     assert SECRET not in text
     assert "5500000000000004" not in text
@@ -544,7 +544,7 @@ def test_secret_pattern_masks_nested_values() -> None:
     state = State()
     state.policy("payment:*", secret=True)
     state.set("payment:card", {"number": SECRET, "exp": "12/30"})
-    text = state.describe() + repr(state.mutations_since(0)) + repr(state.entry("payment:card"))
+    text = state.describe() + repr(state.journal.since(0)) + repr(state.entry("payment:card"))
     assert SECRET not in text
     assert "12/30" not in text
 

@@ -232,7 +232,7 @@ def test_true_over_one_is_a_recorded_change() -> None:
     state.subscribe(seen.append)
     assert state.set("flag", True) == 2
     assert state.get("flag") is True
-    (change,) = state.mutations_since(1)
+    (change,) = state.journal.since(1)
     assert change.old == 1
     assert change.new is True
     assert len(seen) == 1
@@ -481,7 +481,7 @@ def test_str_enum_members_work_as_keys_and_are_stored_as_plain_str() -> None:
     assert state.get(Slot.DATE) == state.get("booking:date") == "2025-06-16"
     stored = state.keys()
     assert all(type(k) is str for k in stored)
-    assert all(type(c.key) is str for c in state.mutations_since(0))
+    assert all(type(c.key) is str for c in state.journal.since(0))
 
 
 # -- keys that would print like other keys ---------------------------------------------------------

@@ -134,3 +134,34 @@ def test_a_stack_answers_the_same_one_question() -> None:
         assert stack.admit("pay", record=False).once
         with pytest.warns(DeprecationWarning, match="admit"):
             assert stack.why_blocked("pay") is not None
+
+
+def test_the_journal_is_one_object_and_the_old_names_still_work() -> None:
+    from slateflow import MemoryStore
+    from slateflow.state import Derived, end_turn, fresh_for, is_fresh
+
+    state = State(store=MemoryStore())
+    state.set("a", 1)
+    mark = state.journal.cursor
+    state.set("a", 2)
+    assert [m.new for m in state.journal.since(mark)] == [2]
+    assert state.journal.at(mark).get("a") == 1
+    with pytest.warns(DeprecationWarning, match=r"State\.mutations_since.*journal\.since"):
+        assert state.mutations_since(mark) == state.journal.since(mark)
+    with pytest.warns(DeprecationWarning, match=r"journal\.at"):
+        assert state.at(mark).get("a") == 1
+    with pytest.warns(DeprecationWarning, match=r"journal\.compact"):
+        assert state.compact() == state.cursor
+    state.set("turn:x", 1)
+    with pytest.warns(DeprecationWarning, match=r"end_turn\(state\)"):
+        assert state.end_turn() == 1
+    state.set("turn:y", 1)
+    assert end_turn(state) == 1
+    with pytest.warns(DeprecationWarning, match=r"is_fresh\(state, name\)"):
+        assert state.is_fresh("r") is is_fresh(state, "r") is False
+    with pytest.warns(DeprecationWarning, match=r"fresh_for\(state, name\)"):
+        assert state.fresh_for("r") is fresh_for(state, "r") is None
+    with pytest.warns(DeprecationWarning, match=r"Derived\(state"):
+        state.derive("twice", lambda s: 2 * s.get("a"), reads=["a"]).close()
+    Derived(state, "thrice", lambda s: 3 * s.get("a"), reads=["a"]).close()
+    assert state.get("derived:thrice") == 6

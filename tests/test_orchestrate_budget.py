@@ -228,7 +228,7 @@ def test_cost_limits_warn_once_at_80_percent() -> None:
     assert not budget.check()
     assert budget.snapshot().remaining_cost == Decimal(0)
     # Every event is journaled into the State, in order.
-    written = [m for m in state.mutations_since(0) if m.key == "workflow:panel:event"]
+    written = [m for m in state.journal.since(0) if m.key == "workflow:panel:event"]
     assert [m.new["type"] for m in written] == [e.type for e in budget.events]
     assert state.provenance("workflow:panel:event").source == "orchestration"
 

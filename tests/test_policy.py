@@ -496,7 +496,7 @@ def test_secret_masked_in_change_repr_and_to_dict() -> None:
     state.set("user:card", CARD + "-2")
     state.remove("user:card")
     state.set("user:name", "Bo")
-    journal = state.mutations_since(0)
+    journal = state.journal.since(0)
     card_changes = [c for c in [*journal, *seen] if c.key == "user:card"]
     assert len(card_changes) == 5
     for change in card_changes:
@@ -575,7 +575,7 @@ def test_secret_pattern_from_policy_constructor(tmp_path: Path) -> None:
             json.dumps(state.snapshot(redact=True)),
             repr(state.entry("secret:a")),
             repr(state.entry("secret:b:c")),
-            *(repr(m) for m in state.mutations_since(0)),
+            *(repr(m) for m in state.journal.since(0)),
         ]
     )
     assert "s3cr3t" not in blob

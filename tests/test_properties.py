@@ -20,6 +20,7 @@ from slateflow.errors import (
     ReadOnlyError,
     StateValueError,
 )
+from slateflow.state import end_turn
 
 quick = settings(deadline=None)
 
@@ -251,14 +252,14 @@ def step(state: State, model: Model, op: tuple[Any, ...]) -> None:
         doomed = [k for k in model.data if k.startswith(("turn:", "temp:"))]
         dropped = [model.drop(k) for k in doomed]
         model.commit(any(dropped))
-        assert state.end_turn() == len(doomed)
+        assert end_turn(state) == len(doomed)
 
 
 def assert_agrees(state: State, model: Model) -> None:
     assert state.keys() == list(model.data)
     assert len(state) == len(model.data)
     assert state.cursor == model.cursor
-    assert len(state.mutations_since(0)) == model.changes
+    assert len(state.journal.since(0)) == model.changes
     for key in POOL:
         if key in model.data:
             value, version, source = model.data[key]
@@ -355,7 +356,7 @@ def test_equal_looking_values_of_other_json_types_are_changes(value: Any, how: s
     differs = tagged(other) != tagged(value)
     assert state.set("k", other) == (2 if differs else 1)
     assert tagged(state.get("k")) == tagged(other)
-    assert len(state.mutations_since(0)) == (2 if differs else 1)
+    assert len(state.journal.since(0)) == (2 if differs else 1)
 
 
 # -- update is atomic ------------------------------------------------------------------------
@@ -406,7 +407,7 @@ def test_update_is_all_or_nothing(
     seq = state.update(batch, source="llm")
     for key, value in batch.items():
         assert tagged(state.get(key)) == tagged(value)
-    new_changes = state.mutations_since(cursor)
+    new_changes = state.journal.since(cursor)
     assert {c.seq for c in new_changes} <= {seq}
     assert state.cursor == (cursor + 1 if new_changes else cursor)
 

@@ -47,7 +47,7 @@ def compacted(path: Path) -> Path:
         state.set("user:name", "Ada", source="extraction", writer="slots", confidence=0.8)
         state.set("user:card", "4111 1111 1111 1111")
         state.set("booking:time", "19:00")
-        assert state.compact() == 3
+        assert state.journal.compact() == 3
         state.set("booking:time", "19:30", source="user", writer="caller")
         state.remove("user:card")
     return path

@@ -34,7 +34,7 @@ from slateflow.errors import (
     StateValueError,
     TemplateError,
 )
-from slateflow.resolve import LLMRequest, LLMResponse, TextAgent, Usage
+from slateflow.resolve import LLMRequest, LLMResponse, TextAgent, Usage, is_fresh
 from slateflow.state import Mutation, provenance
 
 SAFETY = 10  # seconds of wall time: only a guard against a hung test, never waited for
@@ -153,7 +153,7 @@ def epoch(started_at: Any) -> float:
 def batches_since(state: State, cursor: int) -> dict[int, list[Mutation]]:
     """The journal after ``cursor``, grouped by batch seq."""
     out: dict[int, list[Mutation]] = {}
-    for m in state.mutations_since(cursor):
+    for m in state.journal.since(cursor):
         out.setdefault(m.seq, []).append(m)
     return out
 
@@ -1783,7 +1783,7 @@ async def test_llm_secret_key_is_never_rendered_nor_leaked(state: State) -> None
             repr(err.__cause__),
             state.get("l:error"),
             repr(state.provenance("l:error")),
-            repr([m.to_dict(redact=False) for m in state.mutations_since(cursor)]),
+            repr([m.to_dict(redact=False) for m in state.journal.since(cursor)]),
         ]
         for text in texts:
             assert secret not in text
@@ -1835,18 +1835,18 @@ async def test_is_fresh_follows_the_ttl_on_the_states_clock() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     resolver = Resolver.fetch("v", _fetch_value, ttl=10)
-    assert not state.is_fresh("v")
+    assert not is_fresh(state, "v")
     await resolver.resolve(state, clock=clock)
-    assert state.is_fresh("v")
+    assert is_fresh(state, "v")
     await clock.advance(9.5)
-    assert state.is_fresh("v")
+    assert is_fresh(state, "v")
     await clock.advance(0.5)
-    assert not state.is_fresh("v")
+    assert not is_fresh(state, "v")
     # A new run with a different value makes it fresh again.
     await Resolver.function("v", lambda s: {"n": 2}, ttl=10).resolve(state, clock=clock)
-    assert state.is_fresh("v")
+    assert is_fresh(state, "v")
     await clock.advance(10)
-    assert not state.is_fresh("v")
+    assert not is_fresh(state, "v")
 
 
 @pytest.mark.anyio
@@ -1855,10 +1855,10 @@ async def test_is_fresh_without_ttl_and_after_failure() -> None:
     state = State(clock=clock)
     await Resolver.fetch("v", _fetch_value).resolve(state, clock=clock)
     await clock.advance(1_000_000)
-    assert state.is_fresh("v")  # no ttl: never stale
+    assert is_fresh(state, "v")  # no ttl: never stale
     with pytest.raises(ResolverError):
         await Resolver.fetch("v", failing, ttl=10).resolve(state, clock=clock)
-    assert not state.is_fresh("v")  # the failure removed the result
+    assert not is_fresh(state, "v")  # the failure removed the result
 
 
 @pytest.mark.anyio
@@ -1870,14 +1870,14 @@ async def test_rerun_with_the_same_value_refreshes_ttl_and_provenance() -> None:
     await resolver.resolve(state, clock=clock)
     await clock.advance(20)
     state.set("slot", "b")
-    assert not state.is_fresh("v")
+    assert not is_fresh(state, "v")
     cursor = state.cursor
     await resolver.resolve(state, clock=clock)
-    assert state.is_fresh("v")
+    assert is_fresh(state, "v")
     record = state.provenance("v:result")
     assert record is not None
     assert record.meta["inputs"] == {"slot": 2}
-    assert "v:result" in {m.key for m in state.mutations_since(cursor)}
+    assert "v:result" in {m.key for m in state.journal.since(cursor)}
 
 
 # -- a run of each kind writes the same three keys ----------------------------------------------

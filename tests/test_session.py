@@ -27,7 +27,7 @@ from slateflow.errors import (
     ResolverTimeoutError,
     SessionError,
 )
-from slateflow.resolve import BackgroundResult, Run, Watcher
+from slateflow.resolve import BackgroundResult, Run, Watcher, is_fresh
 from slateflow.state import when
 
 START = 1_767_225_600.0  # ManualClock's default start: 2026-01-01T00:00:00Z
@@ -101,7 +101,7 @@ class Probe:
 
 def results_in_journal(state: State, key: str) -> list[Any]:
     """The values written to ``key``, oldest first (removals left out)."""
-    return [m.new for m in state.mutations_since(0) if m.key == key and not m.removed]
+    return [m.new for m in state.journal.since(0) if m.key == key and not m.removed]
 
 
 def statuses_in_journal(state: State, name: str) -> list[Any]:
@@ -1645,9 +1645,9 @@ async def test_provenance_of_a_dispatched_result() -> None:
     status_prov = state.provenance("table:status")
     assert status_prov is not None
     assert status_prov.writer == "table"
-    assert state.is_fresh("table")
+    assert is_fresh(state, "table")
     await clock.advance(60.0)
-    assert not state.is_fresh("table")
+    assert not is_fresh(state, "table")
 
 
 @pytest.mark.anyio

@@ -23,6 +23,7 @@ from slateflow import (
     not_,
 )
 from slateflow.errors import ResolverDefinitionError, SessionError, WaitTimeoutError
+from slateflow.resolve import fresh_for
 from slateflow.stores import MemoryStore
 from slateflow.testing import ConversationScript, fake_fetch
 
@@ -216,7 +217,7 @@ async def test_a_new_result_restarts_the_freshness_clock() -> None:
         assert runner.active_steps == ["valid"]
         await clock.advance(2)
         assert runner.active_steps == []
-        assert state.fresh_for("price") == 0.0
+        assert fresh_for(state, "price") == 0.0
 
 
 def _answer(value: Any) -> Any:
@@ -229,11 +230,11 @@ def _answer(value: Any) -> Any:
 def test_fresh_for_says_how_long_a_result_stays_fresh() -> None:
     clock = ManualClock()
     state = State(clock=clock)
-    assert state.fresh_for("price") is None
+    assert fresh_for(state, "price") is None
     anyio.run(Resolver.fetch("price", _answer(1), ttl=10).resolve, state)
-    assert state.fresh_for("price") == 10
+    assert fresh_for(state, "price") == 10
     anyio.run(Resolver.fetch("forever", _answer(1)).resolve, state)
-    assert state.fresh_for("forever") is None
+    assert fresh_for(state, "forever") is None
 
 
 # -- background results across a restart ----------------------------------------------------------

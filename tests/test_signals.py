@@ -17,7 +17,7 @@ from blinker import Signal
 
 from slateflow import Change, Key, State
 from slateflow.errors import DeliveryChainError, InvalidKeyError
-from slateflow.state import Provenance, Subscription
+from slateflow.state import Provenance, Subscription, end_turn
 from slateflow.state.chains import MAX_CHAIN
 
 
@@ -174,7 +174,7 @@ def test_rolled_back_transaction_sends_nothing(state: State, recorder: Recorder)
     ("op", "origin", "keys"),
     [
         (lambda s: s.clear_prefix("x:"), "clear_prefix", ["x:1", "x:2"]),
-        (lambda s: s.end_turn(), "end_turn", ["turn:a", "temp:b"]),
+        (lambda s: end_turn(s), "end_turn", ["turn:a", "temp:b"]),
         (lambda s: s.rename("x:1", "y"), "rename", ["x:1", "y"]),
         (lambda s: s.modify("x:1", 0, lambda v: v + 1), "modify", ["x:1"]),
     ],
@@ -203,7 +203,7 @@ def test_writes_that_change_nothing_send_nothing(state: State, recorder: Recorde
     state.modify("a", 0, lambda v: v)
     assert state.remove("missing", None) is None
     assert state.clear_prefix("nothing:") == 0
-    assert state.end_turn() == 0
+    assert end_turn(state) == 0
     with state.transaction() as tx:
         tx.set("a", 1)
 

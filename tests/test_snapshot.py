@@ -115,8 +115,8 @@ def test_restored_state_continues_the_sequence() -> None:
         assert s.entry("gone").seq == 11
         assert s.set("booking:party_size", 4) == 1  # equal value: no-op
         assert s.cursor == 11
-    assert [m.key for m in restored.mutations_since(9)] == ["booking:date", "gone"]
-    assert restored.mutations_since(restored.cursor) == []
+    assert [m.key for m in restored.journal.since(9)] == ["booking:date", "gone"]
+    assert restored.journal.since(restored.cursor) == []
 
 
 def test_restored_state_is_independent() -> None:

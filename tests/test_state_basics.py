@@ -13,7 +13,7 @@ import slateflow.state
 from helpers import run_threads
 from slateflow import Change, State
 from slateflow.errors import KeyExistsError, MissingKeyError, ReadOnlyError, VersionConflictError
-from slateflow.state import SCOPES, Entry, Provenance
+from slateflow.state import SCOPES, Entry, Provenance, end_turn
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 T0_DT = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
@@ -44,7 +44,7 @@ def test_new_state_is_empty(state: State) -> None:
     assert state.keys() == []
     assert state.items() == []
     assert state.cursor == 0
-    assert state.mutations_since(0) == []
+    assert state.journal.since(0) == []
 
 
 def test_get_returns_default_for_absent_keys(state: State) -> None:
@@ -152,7 +152,7 @@ def test_seq_is_global_and_grows_with_every_commit(state: State) -> None:
     assert state.cursor == 4
     state.set("b", 5)
     assert state.entry("b").seq == 5
-    assert [m.seq for m in state.mutations_since(0)] == [1, 2, 3, 4, 5]
+    assert [m.seq for m in state.journal.since(0)] == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(
@@ -170,13 +170,13 @@ def test_seq_is_global_and_grows_with_every_commit(state: State) -> None:
 def test_writing_an_equal_value_is_a_noop(state: State, first: Any, again: Any) -> None:
     state.set("k", first, source="llm", writer="w1")
     recorder = Recorder(state)
-    journal = state.mutations_since(0)
+    journal = state.journal.since(0)
     entry = state.entry("k")
     assert state.set("k", again, source="user", writer="w2") == 1
     assert state.update({"k": again}) == state.cursor == 1
     assert state.modify("k", None, lambda v: again) == again
     assert state.entry("k") == entry  # same version, seq, provenance and time
-    assert state.mutations_since(0) == journal
+    assert state.journal.since(0) == journal
     assert recorder.batches == []
 
 
@@ -283,7 +283,7 @@ def test_remove_returns_the_old_value(state: State) -> None:
     state.set("k", {"a": 1})
     assert state.remove("k") == {"a": 1}
     assert "k" not in state
-    (change,) = state.mutations_since(1)
+    (change,) = state.journal.since(1)
     assert change.removed
     assert change.old == {"a": 1}
 
@@ -299,7 +299,7 @@ def test_remove_absent_raises_unless_default_given(state: State) -> None:
 def test_remove_records_who_removed(state: State) -> None:
     state.set("k", 1)
     state.remove("k", source="system", writer="janitor")
-    (change,) = state.mutations_since(1)
+    (change,) = state.journal.since(1)
     assert (change.provenance.source, change.provenance.writer) == ("system", "janitor")
 
 
@@ -353,7 +353,7 @@ def test_update_commits_one_batch_with_one_seq(state: State) -> None:
     recorder = Recorder(state)
     seq = state.update({"a": 2, "b": 1, "c": [1]}, source="llm", writer="x")
     assert seq == 2 == state.cursor
-    changes = state.mutations_since(1)
+    changes = state.journal.since(1)
     assert [c.key for c in changes] == ["a", "b", "c"]
     assert {c.seq for c in changes} == {2}
     assert recorder.keys == [["a", "b", "c"]]
@@ -369,7 +369,7 @@ def test_update_can_remove_keys(state: State) -> None:
     state.update({"a": 1, "b": 2, "c": 3})
     seq = state.update({"d": 4}, remove=["a", "b", "never-existed"])
     assert state.keys() == ["c", "d"]
-    changes = state.mutations_since(1)
+    changes = state.journal.since(1)
     assert {c.seq for c in changes} == {seq}
     assert [(c.key, c.removed) for c in changes] == [("d", False), ("a", True), ("b", True)]
 
@@ -377,7 +377,7 @@ def test_update_can_remove_keys(state: State) -> None:
 def test_update_skips_equal_values(state: State) -> None:
     state.update({"a": 1, "b": 2})
     state.update({"a": 1, "b": 3})
-    assert [c.key for c in state.mutations_since(1)] == ["b"]
+    assert [c.key for c in state.journal.since(1)] == ["b"]
     assert state.version("a") == 1
     assert state.version("b") == 2
 
@@ -438,7 +438,7 @@ def test_rename_moves_the_value_and_keeps_provenance() -> None:
     assert state.get("booking:date") == "2024-05-02"
     prov = state.provenance("booking:date")
     assert (prov.source, prov.writer, prov.confidence, prov.meta) == ("llm", "ex", 0.6, {"t": 1})
-    changes = state.mutations_since(2)
+    changes = state.journal.since(2)
     assert [(c.key, c.removed) for c in changes] == [("draft:date", True), ("booking:date", False)]
     assert {c.seq for c in changes} == {3}
     assert len(recorder.batches) == 1
@@ -504,11 +504,11 @@ def test_end_turn_clears_turn_and_temp_in_one_batch(state: State) -> None:
         }
     )
     recorder = Recorder(state)
-    assert state.end_turn() == 2
+    assert end_turn(state) == 2
     assert state.keys() == ["user:name", "session:id", "turnover:x", "turn", "temp"]
     assert recorder.keys == [["turn:intent", "temp:scratch"]]
     assert {c.seq for c in recorder.batches[0]} == {2}
-    assert state.end_turn() == 0
+    assert end_turn(state) == 0
     assert state.cursor == 2
 
 

@@ -45,7 +45,7 @@ def test_a_change_never_hands_out_the_stored_value() -> None:
     with pytest.raises(TypeError):
         list(change)  # type: ignore[call-overload]
     assert state.get("cart") == {"items": [1]}
-    assert state.mutations_since(0)[0].new == {"items": [1]}
+    assert state.journal.since(0)[0].new == {"items": [1]}
 
 
 def test_a_clock_that_raises_leaves_the_state_and_cursor_untouched() -> None:
@@ -65,7 +65,7 @@ def test_a_clock_that_raises_leaves_the_state_and_cursor_untouched() -> None:
     assert fingerprint(state) == before
     state.set("a", 3)
     assert state.cursor == 2
-    assert [c.seq for c in state.mutations_since(0)] == [1, 2]
+    assert [c.seq for c in state.journal.since(0)] == [1, 2]
 
 
 def test_code_run_in_an_inner_blocks_context_after_it_exits_writes_to_the_outer_one() -> None:

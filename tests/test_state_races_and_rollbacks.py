@@ -18,6 +18,7 @@ from pydantic import AfterValidator
 from helpers import fingerprint
 from slateflow import Key, SlateError, State
 from slateflow.errors import ReadOnlyError, SchemaError, VersionConflictError
+from slateflow.state import end_turn
 from slateflow.state.subscriptions import SubscriptionIndex
 
 WAIT = 5.0  # generous upper bound for Event waits; never reached when the code is right
@@ -46,7 +47,7 @@ def _in_thread(
     "clear",
     [
         pytest.param(lambda s: s.clear_prefix("turn:"), id="clear_prefix"),
-        pytest.param(lambda s: s.end_turn(), id="end_turn"),
+        pytest.param(lambda s: end_turn(s), id="end_turn"),
         pytest.param(lambda s: s.turn.clear(), id="scope_clear"),
     ],
 )
@@ -221,11 +222,11 @@ def test_mutations_since_is_exact_around_trims_with_mixed_batches(size: int) -> 
         for cursor in range(max(0, state.cursor - 4), state.cursor + 1):
             wanted = [h for h in history if h[0] > cursor]
             if all(h in kept for h in wanted):
-                got = [(m.seq, m.key) for m in state.mutations_since(cursor)]
+                got = [(m.seq, m.key) for m in state.journal.since(cursor)]
                 assert got == wanted
             else:
                 with pytest.raises(SlateError):
-                    state.mutations_since(cursor)
+                    state.journal.since(cursor)
 
 
 def test_batches_reach_subscribers_in_commit_order_when_a_sink_writes() -> None:
@@ -238,7 +239,7 @@ def test_batches_reach_subscribers_in_commit_order_when_a_sink_writes() -> None:
             if mutations[0].key == "a":
                 state.set("audit:last", "a")
 
-    state.add_sink(AuditSink())
+    state.journal.add_sink(AuditSink())
     seqs: list[int] = []
     state.subscribe(lambda cs: seqs.append(cs[0].seq))
     state.set("a", 1)

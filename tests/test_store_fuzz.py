@@ -81,7 +81,7 @@ def original(compacted: bool = False) -> tuple[bytes, dict[int, str]]:
         try:
             seen = _write_history(state)
             if compacted:
-                state.compact()
+                state.journal.compact()
                 state.set("f", "after")
                 seen[state.cursor] = snap(state)
             state.store.save_checkpoint("wf", '{"x": 1}')  # type: ignore[union-attr]
@@ -138,7 +138,7 @@ def opens_consistently_or_fails_closed(path: Path) -> None:
     try:
         as_json(state.snapshot())
         assert state.cursor >= 0
-        state.mutations_since(state.cursor)
+        state.journal.since(state.cursor)
         state.keys()
     finally:
         state.close()
@@ -153,7 +153,7 @@ def test_the_original_recovers(store_file: Path) -> None:
         assert state.cursor == HEAD
         assert snap(state) == seen[HEAD]
         for seq, expected in seen.items():
-            assert snap(state.at(seq)) == expected
+            assert snap(state.journal.at(seq)) == expected
 
 
 def test_a_copied_main_file_alone_recovers_everything(tmp_path: Path) -> None:
@@ -409,7 +409,7 @@ def test_an_edited_compacted_store_fails_closed(compacted_file: Path) -> None:
     with State.open(compacted_file) as state:
         assert snap(state) == seen[HEAD + 1]
         with pytest.raises(StoreError):
-            state.at(HEAD - 1)
+            state.journal.at(HEAD - 1)
     edit(compacted_file, "UPDATE base SET entries = '[[\"a\"]]'")
     with pytest.raises(StoreCorruptError):
         State.open(compacted_file)

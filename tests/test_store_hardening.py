@@ -273,7 +273,7 @@ def write_history(path: Path, *, compact_at: int | None = None) -> list[str]:
             else:
                 state.set("count", n, source="llm", writer=f"w{n}", confidence=0.5)
             if n == compact_at:
-                state.compact()
+                state.journal.compact()
             seen.append(snapshot_text(state))
         state.store.save_checkpoint("wf", '{"x": 1}')  # type: ignore[union-attr]
     return seen
@@ -383,7 +383,7 @@ def test_a_compacted_store_chains_on_across_reopens(tmp_path: Path) -> None:
     with State.open(path) as state:
         assert snapshot_text(state) == seen[-1]
         state.set("more", 1)
-        state.compact()
+        state.journal.compact()
         state.set("more", 2)
     with State.open(path) as again:
         assert again.get("more") == 2

@@ -32,6 +32,7 @@ from slateflow.errors import (
     StoreError,
 )
 from slateflow.replay import replay
+from slateflow.state import end_turn
 from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
 from slateflow.stores.digests import commit_digest
 from slateflow.stores.sqlite import STORE_FORMAT_VERSION
@@ -54,7 +55,7 @@ def snap(state: State) -> str:
 def tail(state: State, cursor: int) -> str:
     """The journal after ``cursor`` as exact JSON (Changes of two states never compare equal:
     their stamps and policies are different objects)."""
-    return as_json([m.to_dict(redact=False) for m in state.mutations_since(cursor)])
+    return as_json([m.to_dict(redact=False) for m in state.journal.since(cursor)])
 
 
 def max_seq(path: Path) -> int | None:
@@ -190,7 +191,7 @@ def w_clear_prefix(s: State) -> None:
 
 def w_end_turn(s: State) -> None:
     s.update({"turn:x": 1, "temp:y": [2], "session:z": 3})
-    assert s.end_turn() == 2
+    assert end_turn(s) == 2
     s.set("turn:x", "again")
 
 
@@ -281,7 +282,7 @@ def test_recovery_of_an_empty_store(backend: Backend) -> None:
     again = backend.reopen(state)
     assert again.cursor == 0
     assert again.snapshot()["entries"] == {}
-    assert again.mutations_since(0) == []
+    assert again.journal.since(0) == []
 
 
 def test_store_and_durable_properties(backend: Backend) -> None:
@@ -305,7 +306,7 @@ def test_recovery_respects_a_small_journal(tmp_path: Path, opened: list[State]) 
     state.close()
     again = State.open(tmp_path / "s.db", journal_size=5)
     opened.append(again)
-    assert [m.seq for m in again.mutations_since(18)] == [19, 19, 20, 20]
+    assert [m.seq for m in again.journal.since(18)] == [19, 19, 20, 20]
     assert again.cursor == 20
     assert again.get("a") == 19
 
@@ -413,7 +414,7 @@ def test_random_histories_recover_and_replay_exactly(
                 seen[state.cursor] = snap(state)
             assert sorted(seen) == list(range(state.cursor + 1))  # one snapshot per commit
             for seq, expected in seen.items():
-                assert snap(state.at(seq)) == expected
+                assert snap(state.journal.at(seq)) == expected
         finally:
             state.close()
         again = State.open(path, durability=durability)  # type: ignore[arg-type]
@@ -421,7 +422,7 @@ def test_random_histories_recover_and_replay_exactly(
             assert again.cursor == max(seen)
             assert snap(again) == seen[again.cursor]
             for seq, expected in seen.items():
-                assert snap(again.at(seq)) == expected
+                assert snap(again.journal.at(seq)) == expected
         finally:
             again.close()
 
@@ -435,11 +436,11 @@ def test_at_refuses_seqs_it_cannot_reach(backend: Backend) -> None:
     state.set("a", 2)
     for bad in (3, 10**9, -1, "1", 1.0, True, None):
         with pytest.raises(HistoryError):
-            state.at(bad)  # type: ignore[arg-type]
+            state.journal.at(bad)  # type: ignore[arg-type]
     with pytest.raises(HistoryError, match="no history"):
-        State().at(0)
+        State().journal.at(0)
     with pytest.raises(LookupError):  # HistoryError is a LookupError too
-        state.at(3)
+        state.journal.at(3)
 
 
 def test_at_zero_is_empty_and_at_head_is_now(backend: Backend) -> None:
@@ -447,14 +448,14 @@ def test_at_zero_is_empty_and_at_head_is_now(backend: Backend) -> None:
     state.set("a", {"x": 1}, source="llm", confidence=0.5, meta={"m": True})
     state.update({"b": [1], "c": "z"}, remove="a")
     state.rename("b", "d")
-    past = state.at(0)
+    past = state.journal.at(0)
     assert past.cursor == 0
     assert past.snapshot()["entries"] == {}
-    assert snap(state.at(state.cursor)) == snap(state)
-    one = state.at(1)
+    assert snap(state.journal.at(state.cursor)) == snap(state)
+    one = state.journal.at(1)
     assert one.cursor == 1
     assert one.get("a") == {"x": 1}
-    assert one.provenance("a") == state.at(1).provenance("a")
+    assert one.provenance("a") == state.journal.at(1).provenance("a")
     assert one.keys() == ["a"]
 
 
@@ -463,7 +464,7 @@ def test_at_returns_a_detached_state(backend: Backend) -> None:
     state.set("a", 1)
     state.set("a", 2)
     state.flush()
-    past = state.at(1)
+    past = state.journal.at(1)
     assert past.store is None
     assert past.durable is False
     past.set("a", 100)
@@ -472,7 +473,7 @@ def test_at_returns_a_detached_state(backend: Backend) -> None:
     assert state.get("a") == 2
     assert state.get("new") is None
     assert state.cursor == 2
-    assert state.at(1).get("a") == 1
+    assert state.journal.at(1).get("a") == 1
     if backend.kind != "memory":
         state.flush()
         assert max_seq(backend.path) == 2
@@ -487,7 +488,7 @@ def test_at_after_close_is_not_reported_as_damage(tmp_path: Path, opened: list[S
     state.set("a", 2)
     state.close()
     with contextlib.suppress(StoreClosedError):  # refusing plainly would be fine too
-        assert state.at(1).get("a") == 1
+        assert state.journal.at(1).get("a") == 1
 
 
 # -- compaction ------------------------------------------------------------------------------
@@ -499,7 +500,7 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
         state.update({"a": i, f"k{i}": [i]}, writer="w", meta={"i": i})
     state.remove("k0")
     at_compaction = snap(state)
-    seq = state.compact()
+    seq = state.journal.compact()
     assert seq == state.cursor == 6
     state.set("a", "later", source="llm")
     state.rename("k1", "k9")
@@ -513,34 +514,34 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
     again = backend.reopen(state)
     assert again.cursor == 8
     assert snap(again) == later
-    assert snap(again.at(6)) == at_compaction
-    assert snap(again.at(8)) == later
-    assert again.at(7).get("a") == "later"
+    assert snap(again.journal.at(6)) == at_compaction
+    assert snap(again.journal.at(8)) == later
+    assert again.journal.at(7).get("a") == "later"
     with pytest.raises(HistoryError, match="compaction"):
-        again.at(5)
+        again.journal.at(5)
     with pytest.raises(HistoryError):
-        again.at(0)
+        again.journal.at(0)
     # The journal after the compaction point survives; before it, the cursor has expired.
-    assert [m.seq for m in again.mutations_since(6)] == [7, 8, 8]
+    assert [m.seq for m in again.journal.since(6)] == [7, 8, 8]
     again.set("z", 1)
     assert backend.reopen(again).cursor == 9
 
 
 def test_compact_twice_and_compact_an_empty_state(backend: Backend) -> None:
     state = backend.open()
-    assert state.compact() == 0
+    assert state.journal.compact() == 0
     state.set("a", 1)
-    assert state.compact() == 1
+    assert state.journal.compact() == 1
     state.set("b", 2)
-    assert state.compact() == 2
-    assert state.compact() == 2
+    assert state.journal.compact() == 2
+    assert state.journal.compact() == 2
     again = backend.reopen(state)
     assert again.cursor == 2
     assert again.pick("a", "b") == {"a": 1, "b": 2}
     assert again.entry("a") == state.entry("a")
-    assert snap(again.at(2)) == snap(state)
+    assert snap(again.journal.at(2)) == snap(state)
     with pytest.raises(HistoryError):
-        again.at(1)
+        again.journal.at(1)
 
 
 # -- durability ------------------------------------------------------------------------------
@@ -752,7 +753,7 @@ def test_a_read_only_store_refuses_writes_and_leaves_the_file_alone(tmp_path: Pa
     with pytest.raises(StoreError, match="read-only"):
         state.set("a", 2)
     assert state.get("a") == 1
-    assert state.at(1).get("a") == 1
+    assert state.journal.at(1).get("a") == 1
     state.close()
     assert path.read_bytes() == before
     with pytest.raises(StoreError, match="no store at"):

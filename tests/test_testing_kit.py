@@ -1033,7 +1033,7 @@ async def booking_conversation(mode: Mode) -> None:
 
         await script.user("A table on Saturday at seven, please")
         assert script.transcript == ["A table on Saturday at seven, please"]
-        written = [m for m in state.mutations_since(0) if m.key == "turn:transcript"]
+        written = [m for m in state.journal.since(0) if m.key == "turn:transcript"]
         assert [(m.removed, m.new, m.provenance.source, m.provenance.writer) for m in written] == [
             (False, "A table on Saturday at seven, please", "user", "caller"),
             (True, None, "system", None),
@@ -1307,7 +1307,7 @@ async def test_conversation_custom_transcript_key() -> None:
     async with session_on(ManualClock()) as session:
         script = ConversationScript(session, transcript_key="turn:heard")
         await script.user("hi")
-        heard = [m for m in session.state.mutations_since(0) if m.key == "turn:heard"]
+        heard = [m for m in session.state.journal.since(0) if m.key == "turn:heard"]
         assert [(m.removed, m.new) for m in heard] == [(False, "hi"), (True, None)]
 
 

@@ -256,7 +256,7 @@ def test_journal_under_concurrency_has_no_gaps(size: int) -> None:
 
     run_threads(work)
     assert [m.seq for m in sink.mutations] == list(range(1, THREADS * per_thread + 1))
-    assert state.mutations_since(state.cursor) == []
+    assert state.journal.since(state.cursor) == []
     if size:
-        recent = state.mutations_since(state.cursor - size)
+        recent = state.journal.since(state.cursor - size)
         assert [m.seq for m in recent] == list(range(state.cursor - size + 1, state.cursor + 1))

@@ -25,7 +25,7 @@ from slateflow.errors import (
     TransactionError,
     VersionConflictError,
 )
-from slateflow.state import Transaction
+from slateflow.state import Transaction, end_turn
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -192,7 +192,7 @@ def test_commit_is_one_batch_one_seq_one_signal_one_subscriber_call(state: State
     assert by_key["p:one"].removed
     assert by_key["p:one"].old == "one"
     assert by_key["d"].provenance.writer == "w"
-    journal = state.mutations_since(start)
+    journal = state.journal.since(start)
     assert {m.key for m in journal} == {"a", "c", "p:one", "d"}
     assert {m.seq for m in journal} == {start + 1}
     assert state.entry("a").seq == start + 1  # type: ignore[union-attr]
@@ -253,7 +253,7 @@ def _buffer_everything(state: State, tx: Any) -> None:
     state.modify("a", 0, lambda v: v * 2)
     state.rename("p:one", "moved")
     state.clear_prefix("u")
-    state.end_turn()
+    end_turn(state)
 
 
 def test_exception_in_block_discards_everything(state: State) -> None:
@@ -559,7 +559,7 @@ def test_exception_in_inner_block_discards_only_inner_writes(state: State) -> No
     assert state.get("after") is True
     assert "inner-only" not in state
     assert state.get("p:one") == "one"
-    assert {m.key for m in state.mutations_since(4)} == {"a", "after"}
+    assert {m.key for m in state.journal.since(4)} == {"a", "after"}
 
 
 def test_explicit_inner_rollback_discards_only_inner_writes(state: State) -> None:
@@ -645,7 +645,7 @@ def test_all_state_write_methods_are_buffered_and_commit_together() -> None:
         assert state.remove("keep") == 0
         state.rename("old", "new")
         assert state.clear_prefix("p:") == 2
-        assert state.end_turn() == 2
+        assert end_turn(state) == 2
         inside = dict(state.items())
         assert inside == {"a": 5, "s": 1, "u": 2, "m": 11, "new": "v"}
         assert in_other_thread(lambda: dict(state.items())) == {
@@ -683,7 +683,7 @@ def test_end_turn_inside_transaction_only_clears_turn_and_temp() -> None:
     state.update({"turn:a": 1, "temp:b": 2, "session:c": 3})
     with state.transaction():
         state.set("turn:new", 4)
-        assert state.end_turn() == 3
+        assert end_turn(state) == 3
         assert state.keys() == ["session:c"]
     assert state.keys() == ["session:c"]
 
@@ -958,7 +958,7 @@ def _apply(state: State, tx: Any, model: dict[str, Any], op: tuple[Any, ...]) ->
             del model[k]
     elif kind == "end_turn":
         doomed = [k for k in model if k.startswith(("turn:", "temp:"))]
-        assert state.end_turn() == len(doomed)
+        assert end_turn(state) == len(doomed)
         for k in doomed:
             del model[k]
 
@@ -1012,7 +1012,7 @@ def test_property_rollback_restores_and_commit_matches_model(
         assert tx.status == "rolled_back"
         assert state.snapshot() == snapshot
         assert state.cursor == cursor
-        assert state.mutations_since(0) == journal
+        assert state.journal.since(0) == journal
         assert calls == []
         return
 
@@ -1025,7 +1025,7 @@ def test_property_rollback_restores_and_commit_matches_model(
         or k not in model
         or _canon({"v": start_model[k]}) != _canon({"v": model[k]})
     }
-    new = state.mutations_since(cursor)
+    new = state.journal.since(cursor)
     assert {m.key for m in new} == changed
     if not changed:
         assert state.cursor == cursor

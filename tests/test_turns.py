@@ -241,7 +241,7 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
         assert state.keys("turn:") == []
         assert state.keys("temp:") == []
         # The card number never reached the State, not even its journal.
-        journal = json.dumps([m.to_dict(redact=False) for m in state.mutations_since(0)])
+        journal = json.dumps([m.to_dict(redact=False) for m in state.journal.since(0)])
         assert "4111" not in journal
         assert "12345678" not in journal
 

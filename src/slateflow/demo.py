@@ -27,7 +27,7 @@ from .conversation import datetime as when_said
 from .demo_flow import run_flow_demo
 from .errors import SlateError, VersionConflictError
 from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
-from .state import Change, State, provenance, result_key, when
+from .state import Change, State, end_turn, provenance, result_key, when
 
 __all__ = ["TickingClock", "run"]
 
@@ -233,10 +233,10 @@ async def _run(out: Out) -> State:
     )
 
     _heading(out, "7. End of turn")
-    cleared = state.end_turn()
+    cleared = end_turn(state)
     out(
-        f"  state.end_turn() cleared {cleared} key(s); {len(state)} keys remain, cursor "
-        f"{state.cursor}, {len(state.mutations_since(0))} mutations in the journal"
+        f"  end_turn(state) cleared {cleared} key(s); {len(state)} keys remain, cursor "
+        f"{state.cursor}, {len(state.journal.since(0))} mutations in the journal"
     )
 
     _heading(out, "8. The same call as a Flow: steps advance when their guards hold")

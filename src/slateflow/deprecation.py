@@ -18,12 +18,21 @@ __all__ = ["deprecated", "moved"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_OWNERS = (
+    ("StateAliases", "State"),
+    ("ConversationAliases", "Session"),
+    ("RunnerAliases", "FlowRunner"),
+)
+
 
 def deprecated(replacement: str) -> Callable[[F], F]:
     """Mark a method deprecated in favour of ``replacement`` (the text names the new way)."""
 
     def mark(fn: F) -> F:
+        # An aliases mixin names the class users know (StateAliases.derive is State.derive).
         owner = fn.__qualname__
+        for mixin, cls in _OWNERS:
+            owner = owner.replace(f"{mixin}.", f"{cls}.")
         message = (
             f"{owner} is deprecated and will be removed in the next release; use {replacement}"
         )

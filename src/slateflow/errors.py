@@ -260,7 +260,7 @@ class StoreClosedError(StoreError):
 
 
 class HistoryError(StoreError, LookupError):
-    """``state.at(seq)`` asked for a commit the store no longer (or never) held: before the
+    """``state.journal.at(seq)`` asked for a commit the store no longer (or never) held: before the
     last compaction, after the newest commit, or on a state without a history store."""
 
 

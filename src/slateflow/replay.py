@@ -3,7 +3,7 @@
 Each commit is printed with its seq, time (UTC, to the millisecond) and origin (``set``,
 ``update``, ``remove``, ``commit`` for a transaction, a resolver's run, a flow), then one line per
 change: the key, its old and new value, its version and who wrote it (source, writer,
-confidence, meta). A file compacted by ``state.compact()`` starts with the entries it was
+confidence, meta). A file compacted by ``state.journal.compact()`` starts with the entries it was
 compacted to. ``--json`` prints one JSON object per line instead, for tools. The file is only
 read.
 

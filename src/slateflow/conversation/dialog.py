@@ -38,6 +38,7 @@ from ..resolve.turns import (
     context_lines,
     delivery_line,
 )
+from ..state.scopes import end_turn
 from .tools import ToolClaim
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class Dialog:
                 if not taken:
                     self._drop_turn(turn, before, [g for g in begun if g not in counted])
                 # On every exit path: a turn key must never act on the next turn.
-                state.end_turn()
+                end_turn(state)
         self._tell_waiting()
         return context
 
@@ -554,7 +555,7 @@ class Dialog:
             # Between turns, a re-read's turn-scoped keys belong to no turn: a stale
             # "turn:topic" must not start a digression at the next one.
             if self.state.keys("turn:") or self.state.keys("temp:"):
-                self.state.end_turn()
+                end_turn(self.state)
 
     def publish_timing(self) -> None:
         merged: Any = None

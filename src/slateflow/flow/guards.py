@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import GuardFormatError
 from ..resolve.template import MISSING
+from ..state.freshness import is_fresh
 from .comparisons import between, eq, ge, gt, le, lt
 from .guard_base import (
     EMPTY_MARKING,
@@ -299,7 +300,7 @@ class _Fresh(_NameAtom):
     op: ClassVar[str] = "fresh"
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
-        return state.is_fresh(self.name)
+        return is_fresh(state, self.name)
 
     def keys_read(self) -> frozenset[str]:
         return frozenset([f"{self.name}:result"])
@@ -376,5 +377,6 @@ def pending(name: str) -> Guard:
 
 
 def fresh(name: str) -> Guard:
-    """Resolver ``name`` has a result younger than its ttl (``state.is_fresh(name)``)."""
+    """Resolver ``name`` has a result younger than its ttl
+    (``slateflow.resolve.is_fresh(state, name)``)."""
     return _Fresh(_resolver(name, "fresh name"))

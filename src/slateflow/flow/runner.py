@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowError
 from ..state import Change, State
+from ..state.freshness import fresh_for
 from . import signals
 from .actions import Actions, check_actions, send
 from .admission import Admission, Enforcement, Tools, Violation
@@ -238,7 +239,7 @@ class FlowRunner(RunnerView, RunnerAliases):
         clock, state = session.clock, self.state
         while not self._closed:
             alarm = self._fresh_alarm = Waiter(lambda: True)
-            delays = [d for n in self._plan.fresh_names if (d := state.fresh_for(n))]
+            delays = [d for n in self._plan.fresh_names if (d := fresh_for(state, n))]
             if delays:
                 with clock.deadline(min(delays)):
                     await alarm.event.wait()

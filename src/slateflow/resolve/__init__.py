@@ -9,6 +9,7 @@ mode (``session.background``).
 from importlib import import_module
 from typing import Any
 
+from ..state.freshness import fresh_for, is_fresh
 from .background import (
     AckFormatter,
     BackgroundResult,
@@ -66,6 +67,8 @@ __all__ = [
     "call",
     "default_ack",
     "default_result",
+    "fresh_for",
+    "is_fresh",
 ]
 
 

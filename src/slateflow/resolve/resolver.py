@@ -166,7 +166,8 @@ class Resolver:
     recorded in the result's provenance as ``inputs``; an llm resolver defaults to its prompt's
     keys), ``reactive`` (in a Session, re-run when a ``reads`` key changes, after ``debounce``
     seconds of quiet), ``timeout`` (seconds per attempt), ``retry`` (a :class:`Retry`), ``ttl``
-    (seconds a result stays fresh, see ``state.is_fresh(name)``) and ``on_conflict`` (what a
+    (seconds a result stays fresh, see ``slateflow.resolve.is_fresh(state, name)``) and
+    ``on_conflict`` (what a
     Session does when the name is dispatched while a run is in flight: ``"latest"`` cancels the
     old run, ``"queue"`` runs them one after another, ``"reject"`` refuses the new one,
     ``"parallel"`` runs both).

@@ -4,12 +4,15 @@ from typing import Any
 
 from . import when
 from .actors import Actor
+from .derived import Derived
+from .freshness import fresh_for, is_fresh
+from .history import Journal
 from .journal import JournalSink, JsonlSink, MemorySink
 from .keys import MAX_KEY_LENGTH, Key, Pattern, error_key, result_key, status_key
 from .policy import Policy, Rule
 from .provenance import Provenance
 from .records import SECRET_MASK, Change, Entry, Mutation
-from .scopes import SCOPES, ReadOnlyView, ScopedView
+from .scopes import SCOPES, ReadOnlyView, ScopedView, end_turn
 from .store import SNAPSHOT_FORMAT, State, provenance
 from .subscriptions import Subscription
 from .transaction import Transaction
@@ -22,7 +25,9 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "Actor",
     "Change",
+    "Derived",
     "Entry",
+    "Journal",
     "JournalSink",
     "JsonlSink",
     "Key",
@@ -38,7 +43,10 @@ __all__ = [
     "Subscription",
     "Transaction",
     "Transition",
+    "end_turn",
     "error_key",
+    "fresh_for",
+    "is_fresh",
     "provenance",
     "result_key",
     "status_key",

@@ -22,7 +22,7 @@ log = logging.getLogger("slateflow.state")
 
 
 class Derived:
-    """A live ``state.derive(name, fn, reads=[...])``: ``derived:<name>`` is ``fn(state)``,
+    """A live ``Derived(state, name, fn, reads=[...])``: ``derived:<name>`` is ``fn(state)``,
     recomputed on every change to a key in ``reads`` (and at once). ``close()`` stops it; the
     last value stays. A computation that raises is reported on ``state.receiver_failed`` and
     leaves the last value as it was."""

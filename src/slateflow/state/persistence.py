@@ -11,9 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from ..errors import HistoryError
 from ..stores.base import Durability, Store
-from ..stores.records import EntryRow
 from . import snapshots
 from .facade import Facade
 from .journal import JournalSink
@@ -21,7 +19,7 @@ from .policy import Policy
 from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
 
 if TYPE_CHECKING:
-    from .store import State
+    pass
 
 __all__ = ["Persistence"]
 
@@ -146,51 +144,3 @@ class Persistence(Facade):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def compact(self) -> int:
-        """Replace the store's history by the current entries; returns the seq compacted to.
-
-        Recovery then starts from this point (faster, smaller file), and ``at(seq)`` can no
-        longer reach earlier commits. Without a store there is nothing to compact.
-        """
-        store = self._engine.store
-        with self._lock:
-            seq = self._engine.seq
-            rows: list[EntryRow] = [
-                (key, value, version, row_seq, at, st.source, st.writer, st.confidence, st.meta)
-                for key, (value, version, row_seq, at, st) in self._entries.items()
-            ]
-        if store is not None:
-            store.compact(seq, rows)
-        return seq
-
-    def at(self, seq: int) -> State:
-        """The state as it was right after commit ``seq``: a detached, in-memory copy.
-
-        Needs a store with history (``MemoryStore`` or a durable one). Raises
-        :class:`~slateflow.errors.HistoryError` for a seq after the newest commit, before the
-        last compaction, or on a state without a store. ``at(state.cursor())`` equals now.
-        """
-        store = self._engine.store
-        if type(seq) is not int or seq < 0:
-            raise HistoryError(f"at() needs a commit seq (an int >= 0), got {seq!r}")
-        if store is None:
-            raise HistoryError(
-                f"cannot go back to seq {seq}: this state keeps no history; create it with "
-                "State(store=MemoryStore()) or State.open(path)"
-            )
-        head = self._engine.seq
-        if seq > head:
-            raise HistoryError(f"seq {seq} is after the newest commit ({head})")
-        store.sync(seq)
-        loaded = store.read(upto=seq)
-        if seq < loaded.base_seq:
-            raise HistoryError(
-                f"seq {seq} is before the last compaction (seq {loaded.base_seq}); history "
-                "before it was dropped"
-            )
-        from .store import State  # the façade this mixin is part of
-
-        past = State(policy=self._policy, journal_size=self._engine.ring.size)
-        past._engine.recover(loaded)
-        return past

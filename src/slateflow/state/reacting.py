@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from . import waits
-from .derived import Derived
 from .facade import Facade
 from .keys import Key, key_name
 from .keys import key_list as _key_list
@@ -100,13 +99,3 @@ class Reacting(Facade):
         unchanged. Raises :class:`WaitTimeoutError` after ``timeout`` seconds.
         """
         return await waits.wait_until(cast("State", self), predicate, keys, pattern, timeout)
-
-    # -- derived values ----------------------------------------------------------------------
-
-    def derive(
-        self, name: str, fn: Callable[[State], Any], *, reads: Iterable[str | Key[Any]]
-    ) -> Derived:
-        """Compute ``derived:<name>`` as ``fn(state)`` now and whenever a key in ``reads``
-        changes; its provenance (source ``"derived"``, writer ``name``) records the versions of
-        the inputs it was computed from. Returns the handle (``close()`` stops it)."""
-        return Derived(cast("State", self), name, fn, reads)

@@ -13,10 +13,10 @@ from .values import MISSING as _MISSING
 if TYPE_CHECKING:
     from .store import State
 
-__all__ = ["SCOPES", "ReadOnlyView", "ScopedView", "Scopes"]
+__all__ = ["SCOPES", "ReadOnlyView", "ScopedView", "Scopes", "end_turn"]
 
 SCOPES = ("app", "user", "session", "temp", "turn", "bg", "derived")
-"""The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``state.end_turn()``)."""
+"""The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``end_turn(state)``)."""
 
 
 class ScopedView:
@@ -114,7 +114,7 @@ class ReadOnlyView(ScopedView):
             target = f"the {self.prefix!r} scope"
         raise ReadOnlyError(
             f"cannot write {target}: the {self.prefix!r} scope is read-only through this view; "
-            "its values are computed by state.derive(...), so write the inputs they are "
+            "its values are computed by Derived(state, ...), so write the inputs they are "
             "derived from instead"
         )
 
@@ -177,3 +177,9 @@ class Scopes:
         """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError):
         values :meth:`derive` computes."""
         return ReadOnlyView(cast("State", self), "derived")
+
+
+def end_turn(state: State) -> int:
+    """Clear the ``turn:`` and ``temp:`` scopes of ``state`` in one batch (journal origin
+    ``"end_turn"``); returns how many keys. A ``Call`` does this at the end of every turn."""
+    return state._remove_where(("turn:", "temp:"), "system", None, "end_turn")

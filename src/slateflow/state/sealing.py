@@ -4,7 +4,8 @@
 committed value of a key the policy marks secret (``state.policy("card:*", secret=True)``) is
 encrypted with Fernet (AES-128-CBC and HMAC-SHA256, from the ``cryptography`` package) and stored
 as ``{"$sealed": "<token>"}``; everything else is stored as it was. Reading the file back (at
-open, ``state.at(seq)``) opens the seals with the key. Without the key the file still opens for
+open, ``state.journal.at(seq)``) opens the seals with the key. Without the key the file still
+opens for
 ``slateflow replay``, which shows a sealed value as ``***``; ``State.open`` without it refuses a
 file holding sealed values, naming the key, rather than load a State with holes.
 

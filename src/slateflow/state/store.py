@@ -17,16 +17,18 @@ from ..errors import (
 )
 from ..stores.base import Store
 from .actors import Actor
+from .aliases import StateAliases
 from .engine import Engine, Row
 from .governance import Governance
+from .history import Journal
 from .journal import JournalSink
-from .keys import META_PREFIX, Key, check_key, key_name, result_key
+from .keys import META_PREFIX, Key, check_key, key_name
 from .keys import key_list as _key_list
 from .persistence import Persistence
 from .policy import Policy
 from .provenance import Provenance, ns_to_dt
 from .reacting import Reacting
-from .records import SECRET_MASK, Entry, Mutation
+from .records import SECRET_MASK, Entry
 from .schema import explain
 from .scopes import Scopes
 from .snapshots import SNAPSHOT_FORMAT
@@ -43,7 +45,7 @@ _MISSING = MISSING
 _CONTAINERS = (dict, list, Prefix)
 
 
-class State(Governance, Persistence, Reacting, Scopes):
+class State(Governance, Persistence, Reacting, Scopes, StateAliases):
     """The governed blackboard: JSON values under ``:``-separated keys, with versions,
     provenance, schemas, policies, transactions, a journal and change signals.
 
@@ -89,6 +91,7 @@ class State(Governance, Persistence, Reacting, Scopes):
         self._lock = engine.lock
         self.changed = engine.delivery.changed
         self.receiver_failed = engine.delivery.receiver_failed
+        self._journal: Journal | None = None
         for sink in sinks:
             engine.add_sink(sink)
         if store is not None:
@@ -441,10 +444,6 @@ class State(Governance, Persistence, Reacting, Scopes):
         """
         return self._remove_where(prefix, source, writer, "clear_prefix")
 
-    def end_turn(self) -> int:
-        """Clear the ``turn:`` and ``temp:`` scopes in one batch; returns how many keys."""
-        return self._remove_where(("turn:", "temp:"), "system", None, "end_turn")
-
     def _remove_where(
         self, prefix: str | tuple[str, ...], source: str, writer: str | None, origin: str
     ) -> int:
@@ -492,34 +491,6 @@ class State(Governance, Persistence, Reacting, Scopes):
         finally:
             self._engine.pop_actor(token)
 
-    def is_fresh(self, name: str) -> bool:
-        """Whether resolver ``name`` has a result younger than the ``ttl`` it was written with.
-
-        False when ``<name>:result`` is not set; True for a result written without a ttl. Age is
-        measured on this state's clock (pass the Session's clock to ``State(clock=...)`` too).
-        """
-        row = self._row(result_key(name))
-        if row is None:
-            return False
-        meta = row[4].meta
-        ttl = meta.get("ttl") if meta else None
-        if not isinstance(ttl, int | float) or isinstance(ttl, bool):
-            return True
-        return self._engine.now() - row[3] < ttl * 1_000_000_000
-
-    def fresh_for(self, name: str) -> float | None:
-        """Seconds (on this state's clock) until resolver ``name``'s result stops being fresh:
-        0.0 once stale, None when there is no result or it was written without a ttl."""
-        row = self._row(result_key(name))
-        if row is None:
-            return None
-        meta = row[4].meta
-        ttl = meta.get("ttl") if meta else None
-        if not isinstance(ttl, int | float) or isinstance(ttl, bool):
-            return None
-        left = ttl * 1_000_000_000 - (self._engine.now() - row[3])
-        return max(left, 0) / 1_000_000_000
-
     # -- transactions ------------------------------------------------------------------------
 
     def transaction(self) -> Transaction:
@@ -536,21 +507,14 @@ class State(Governance, Persistence, Reacting, Scopes):
         """The seq of the last committed batch (0 for a new state)."""
         return self._engine.seq
 
-    def mutations_since(self, cursor: int) -> list[Mutation]:
-        """Every mutation committed after ``cursor``, oldest first.
-
-        Raises :class:`CursorExpiredError` when the journal ring no longer holds all of them.
-        """
-        with self._lock:
-            return self._engine.ring.since(cursor, self._engine.seq)
-
-    def add_sink(self, sink: JournalSink) -> None:
-        """Feed every later committed batch to ``sink`` as well."""
-        self._engine.add_sink(sink)
-
-    def remove_sink(self, sink: JournalSink) -> None:
-        """Stop feeding ``sink``."""
-        self._engine.remove_sink(sink)
+    @property
+    def journal(self) -> Journal:
+        """The journal: the commits since a cursor, sinks, the state as it was at a commit,
+        compaction (see :class:`~slateflow.state.history.Journal`)."""
+        journal = self._journal
+        if journal is None:
+            journal = self._journal = Journal(self)
+        return journal
 
     def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
         """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""

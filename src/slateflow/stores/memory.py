@@ -16,9 +16,10 @@ class MemoryStore:
     """A store that keeps every committed batch in memory (nothing survives the process).
 
     A plain ``State()`` keeps no history at all; ``State(store=MemoryStore())`` keeps every
-    commit, so ``state.at(seq)`` works, and a second ``State(store=same_store)`` recovers the
+    commit, so ``state.journal.at(seq)`` works, and a second ``State(store=same_store)`` recovers
+    the
     first one exactly (handy to test resumption without a file). It also keeps workflow
-    checkpoints. Memory grows with every commit until ``state.compact()``.
+    checkpoints. Memory grows with every commit until ``state.journal.compact()``.
     """
 
     durability: Durability = "memory"

@@ -25,11 +25,11 @@ def recent_journal(state: State, count: int = 15) -> str:
     """The last ``count`` committed changes, one per line (secret values masked)."""
     start = max(state.cursor - count, 0)
     try:
-        changes = state.mutations_since(start)
+        changes = state.journal.since(start)
     except CursorExpiredError:
         # A small journal ring: show what it still holds.
         try:
-            changes = state.mutations_since(state.engine.ring.dropped_seq)
+            changes = state.journal.since(state.engine.ring.dropped_seq)
         except CursorExpiredError:
             return "(the journal no longer holds the recent changes)"
     if not changes and state.cursor:
