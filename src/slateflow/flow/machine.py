@@ -116,8 +116,10 @@ class Machine:
         "over",
         "plan",
         "queued",
+        "repairs",
         "required_left",
         "reset_last",
+        "rt",
         "starting",
         "steps",
         "stuck",
@@ -132,6 +134,9 @@ class Machine:
         self.holds = holds
         self.name = plan.flow.name
         self.steps = plan.flow.steps
+        # The plan's tables the hot path reads, one attribute away.
+        self.rt = plan.rt
+        self.repairs = plan.repairs
         n = len(plan.rt)
         self.done = [False] * n
         self.active = [False] * n
@@ -319,10 +324,11 @@ class Machine:
                     self._check_reset(r, fired, events)
             if not heap:
                 break
-            for e in ends:
-                if queued[e]:  # its stale heap entry settles again: a no-op
-                    queued[e] = False
-                    settle(e, events)
+            if ends:
+                for e in ends:
+                    if queued[e]:  # its stale heap entry settles again: a no-op
+                        queued[e] = False
+                        settle(e, events)
             i = pop(heap)
             queued[i] = False
             settle(i, events)
@@ -339,7 +345,7 @@ class Machine:
         """Decide step ``i`` now: done, active or neither (the hot path of every change)."""
         if self.done[i]:
             return
-        rt = self.plan.rt[i]
+        rt = self.rt[i]
         simple = rt.simple
         ended = self.ended
         if ended >= 0 and i != ended:
@@ -368,7 +374,7 @@ class Machine:
                 events.append(("done", i))
             elif not self.active[i]:
                 self._set_active(i, True)
-                if i in self.plan.repairs:
+                if i in self.repairs:
                     self.entered_turn[i] = self.turn_no
                 if not self.entered[i]:
                     self.entered[i] = True
