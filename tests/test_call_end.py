@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from booking import booking as shared_booking
 from slateflow import (
     Digression,
     Flow,
@@ -16,7 +17,6 @@ from slateflow import (
     Session,
     State,
     Step,
-    is_set,
     is_true,
 )
 from slateflow.flow import OVER_KEY, signals
@@ -27,14 +27,7 @@ TOOLS = ["book_table", "transfer"]
 
 
 def booking() -> Flow:
-    return Flow(
-        "booking",
-        [
-            Step("ask", done=is_set("b:size"), posture="Ask how many people.", allow=["transfer"]),
-            Step("book", after=["ask"], done=is_true("b:booked"), allow=["book_table"]),
-            Step("bye", after=["book"], terminal=True, posture="Thank them and say goodbye."),
-        ],
-    )
+    return shared_booking(confirm=None, ask_tools=("transfer",))
 
 
 def stack() -> FlowStack:

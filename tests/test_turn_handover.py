@@ -11,6 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
+from booking import ASK, READ_BACK
+from booking import booking as shared_booking
 from slateflow import (
     Digression,
     Flow,
@@ -32,19 +34,9 @@ from slateflow.testing import fake_fetch
 
 pytestmark = pytest.mark.anyio
 
-ASK = "Ask how many people."
-READ_BACK = "Read the booking back and ask for a yes."
-
 
 def booking() -> Flow:
-    return Flow(
-        "booking",
-        [
-            Step("ask", done=captured("b:size"), posture=ASK),
-            Step("confirm", after=["ask"], done=is_true("b:ok"), posture=READ_BACK),
-            Step("book", after=["confirm"], terminal=True, posture="Book it."),
-        ],
-    )
+    return shared_booking(terminal_book=True, book_posture="Book it.")
 
 
 def slot() -> Any:
