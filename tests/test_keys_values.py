@@ -10,6 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from helpers import tagged
@@ -514,3 +516,24 @@ def test_keys_in_other_scripts_are_still_keys() -> None:
     for key in ["café:menu", "日本:予約", "заказ:дата", "user:naïve"]:
         state.set(key, 1)
     assert len(state) == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", ":", "*", "."]), min_size=1, max_size=6).map("".join),
+    st.lists(st.sampled_from(["a", "b", ":", "."]), max_size=6).map("".join),
+)
+def test_a_key_pattern_matches_exactly_what_its_wildcards_say(pattern: str, key: str) -> None:
+    """Prefix/suffix matching of one-star patterns and the lazily compiled regex of several
+    agree with a plain regex translation of the pattern."""
+    import re
+
+    from slateflow.errors import InvalidKeyError
+    from slateflow.state.keys import Pattern
+
+    try:
+        compiled = Pattern(pattern)
+    except InvalidKeyError:
+        return
+    expected = re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), key, re.DOTALL)
+    assert compiled.matches(key) is (expected is not None)

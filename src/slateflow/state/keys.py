@@ -141,7 +141,7 @@ class Pattern:
     ``"*"``.
     """
 
-    __slots__ = ("_regex", "specificity", "text", "wildcard")
+    __slots__ = ("_prefix", "_regex", "_suffix", "specificity", "text", "wildcard")
 
     def __init__(self, text: str) -> None:
         if type(text) is not str or not text or len(text) > MAX_KEY_LENGTH:
@@ -158,14 +158,28 @@ class Pattern:
         self.text = text
         self.wildcard = "*" in text
         self.specificity = len(text) - text.count("*") + (0 if self.wildcard else MAX_KEY_LENGTH)
-        parts = (re.escape(p) for p in text.split("*"))
-        self._regex = re.compile(".*".join(parts), re.DOTALL)
+        # One "*" (``name:*``, ``*:result``: nearly every pattern) is a prefix and a suffix;
+        # only patterns with several are compiled, and only when first matched.
+        pieces = text.split("*")
+        self._prefix, self._suffix = pieces[0], pieces[-1]
+        self._regex: re.Pattern[str] | None = None
 
     def matches(self, key: str) -> bool:
         """Whether ``key`` matches this pattern."""
         if not self.wildcard:
             return key == self.text
-        return self._regex.fullmatch(key) is not None
+        prefix, suffix = self._prefix, self._suffix
+        if len(key) < len(prefix) + len(suffix):
+            return False
+        if not (key.startswith(prefix) and key.endswith(suffix)):
+            return False
+        if self.text.count("*") == 1:
+            return True
+        regex = self._regex
+        if regex is None:
+            parts = (re.escape(p) for p in self.text.split("*"))
+            regex = self._regex = re.compile(".*".join(parts), re.DOTALL)
+        return regex.fullmatch(key) is not None
 
     def __repr__(self) -> str:
         return f"Pattern({self.text!r})"
