@@ -19,9 +19,7 @@ import heapq
 import logging
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Any
 
-from ..errors import RecoveryError
 from ..state.values import Prefix
 from .compiled import CompiledFlow, StepRt
 from .guards import EMPTY_MARKING, Guard, Marking
@@ -276,6 +274,10 @@ class Machine:
         if not self.queued[i]:
             self.queued[i] = True
             heapq.heappush(self.heap, i)
+
+    def forget_marking(self) -> None:
+        """Drop the cached :meth:`mark` (the marking changed from outside, as a restore)."""
+        self._marking = None
 
     def mark(self) -> Marking:
         """The marking as guards read it (cached until it changes)."""
@@ -544,60 +546,3 @@ class Machine:
             if policy.flag is not None:
                 keys[policy.flag] = keys.get(policy.flag, False) or i in self.escalated
         return keys
-
-    # -- the marking as JSON -----------------------------------------------------------------
-
-    def record(self) -> dict[str, Any]:
-        """What a restarted machine needs beyond the done steps (which the State holds)."""
-        steps = self.steps
-        return {
-            "entered": [steps[i].id for i, e in enumerate(self.entered) if e],
-            "tools": dict(self.tools_ok),
-            "escalated": [steps[i].id for i in sorted(self.escalated)],
-            "stuck": {steps[i].id: n for i, n in sorted(self.stuck.items())},
-        }
-
-    def restore(self, record: Any, done: Any, told: Any, where: str) -> dict[int, int]:
-        """Take up a recorded marking (before the first latch): done and entered steps, tool
-        counts, repair bookkeeping and told steps. Returns the record's ``fired`` seqs by step.
-        ``where`` names the record in a :class:`RecoveryError`."""
-        fields = ("entered", "fired", "tools", "escalated", "stuck")
-        if type(record) is not dict or any(k not in record for k in fields):
-            raise RecoveryError(f"{where} is not a marking this runner wrote; remove the key")
-        if type(done) is not list:
-            raise RecoveryError(f"{where}: 'flow:{self.name}:done' is not a list of step ids")
-        ids = self.plan.ids
-
-        def index(step: object) -> int:
-            i = ids.get(step) if type(step) is str else None
-            if i is None:
-                raise RecoveryError(
-                    f"{where} names step {step!r}, which this flow does not have; the flow "
-                    "changed since: resume with the same definition, or clear the flow:"
-                    f"{self.name}: keys to start it over"
-                )
-            return i
-
-        fired: dict[int, int] = {}
-        try:
-            for step in done:
-                self.set_done(index(step), True)
-            for step in record["entered"]:
-                self.entered[index(step)] = True
-            for step, seq in record["fired"].items():
-                fired[index(step)] = int(seq)
-            for tool, count in record["tools"].items():
-                self.tools_ok[str(tool)] = int(count)
-            for step in record["escalated"]:
-                self.escalated.add(index(step))
-            for step, count in record["stuck"].items():
-                self.stuck[index(step)] = int(count)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise RecoveryError(f"{where} is malformed ({exc}); remove the key") from None
-        if isinstance(told, list):
-            self.told = {ids[t]: 0 for t in told if t in ids}
-        for e in self.plan.ends:
-            if self.done[e]:
-                self.ended = e
-        self._marking = None
-        return fired

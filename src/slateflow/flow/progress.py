@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import SlateError
+from ..errors import RecoveryError, SlateError
 from ..state import Key, State
 from ..state.provenance import Stamp
 from .machine import ACTIVE, COMPLETE, DONE, OVER, RECORD, TOLD, Event, Machine
@@ -53,7 +53,7 @@ class Progress:
             return False
         where = f"flow {self.machine.name!r}: the recorded marking ({self.keys[3]!r})"
         done, told = self.state.get(self.keys[1], []), self.state.get(self.keys[4], [])
-        self.fired = self.machine.restore(record, done, told, where)
+        self.fired = restore_marking(self.machine, record, done, told, where)
         return True
 
     def note(self, events: list[Event]) -> None:
@@ -81,7 +81,7 @@ class Progress:
         if dirty & COMPLETE:
             writes[keys[2]] = m.complete
         if dirty & RECORD and self.durable:
-            record = m.record()
+            record = marking_record(m)
             record["fired"] = {m.steps[i].id: seq for i, seq in sorted(self.fired.items())}
             writes[keys[3]] = record
         if dirty & TOLD:
@@ -129,3 +129,60 @@ class Progress:
                 log.error(
                     "flow %r: its repair keys could not be written: %s", self.machine.name, exc
                 )
+
+
+def marking_record(m: Machine) -> dict[str, Any]:
+    """What a restarted machine needs beyond the done steps (which the State holds)."""
+    steps = m.steps
+    return {
+        "entered": [steps[i].id for i, e in enumerate(m.entered) if e],
+        "tools": dict(m.tools_ok),
+        "escalated": [steps[i].id for i in sorted(m.escalated)],
+        "stuck": {steps[i].id: n for i, n in sorted(m.stuck.items())},
+    }
+
+
+def restore_marking(m: Machine, record: Any, done: Any, told: Any, where: str) -> dict[int, int]:
+    """Take up a recorded marking (before the first latch): done and entered steps, tool
+    counts, repair bookkeeping and told steps. Returns the record's ``fired`` seqs by step.
+    ``where`` names the record in a :class:`RecoveryError`."""
+    fields = ("entered", "fired", "tools", "escalated", "stuck")
+    if type(record) is not dict or any(k not in record for k in fields):
+        raise RecoveryError(f"{where} is not a marking this runner wrote; remove the key")
+    if type(done) is not list:
+        raise RecoveryError(f"{where}: 'flow:{m.name}:done' is not a list of step ids")
+    ids = m.plan.ids
+
+    def index(step: object) -> int:
+        i = ids.get(step) if type(step) is str else None
+        if i is None:
+            raise RecoveryError(
+                f"{where} names step {step!r}, which this flow does not have; the flow "
+                "changed since: resume with the same definition, or clear the flow:"
+                f"{m.name}: keys to start it over"
+            )
+        return i
+
+    fired: dict[int, int] = {}
+    try:
+        for step in done:
+            m.set_done(index(step), True)
+        for step in record["entered"]:
+            m.entered[index(step)] = True
+        for step, seq in record["fired"].items():
+            fired[index(step)] = int(seq)
+        for tool, count in record["tools"].items():
+            m.tools_ok[str(tool)] = int(count)
+        for step in record["escalated"]:
+            m.escalated.add(index(step))
+        for step, count in record["stuck"].items():
+            m.stuck[index(step)] = int(count)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise RecoveryError(f"{where} is malformed ({exc}); remove the key") from None
+    if isinstance(told, list):
+        m.told = {ids[t]: 0 for t in told if t in ids}
+    for e in m.plan.ends:
+        if m.done[e]:
+            m.ended = e
+    m.forget_marking()
+    return fired
