@@ -55,10 +55,18 @@ async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
     assert slate_state.get("slow:result") == 1
     assert scripted_llm.last_request.prompt == "Greet Ada"
     sizes = Extract("b").field("size", integer_near(["people"])).build()
-    slate_session.conversation.add_extractor(sizes)
-    ctx = await slate_session.conversation.user_turn("four people, card 4111 1111 1111 1111")
+    call = slate_session.conversation
+    call.add_extractor(sizes)
+    ctx = await call.user_turn("four people, card 4111 1111 1111 1111")
     assert slate_state.get("b:size") == 4
     assert ctx.turn.text == "four people, card [card ending 1111]"
+
+
+async def call_case(slate_call, slate_session, slate_state):
+    assert slate_call is slate_session.conversation
+    ctx = await slate_call.user_turn("hello")
+    assert ctx.turn.number == 1
+    assert slate_state.get("session:turn") == 1
 """
 
 ANYIO = (
@@ -80,6 +88,11 @@ async def test_conversation(conversation, slate_state):
 @pytest.mark.anyio
 async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
     await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+
+
+@pytest.mark.anyio
+async def test_call(slate_call, slate_session, slate_state):
+    await call_case(slate_call, slate_session, slate_state)
 """
 )
 
@@ -97,6 +110,11 @@ async def test_conversation(conversation, slate_state):
 @pytest.mark.asyncio
 async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
     await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+
+
+@pytest.mark.asyncio
+async def test_call(slate_call, slate_session, slate_state):
+    await call_case(slate_call, slate_session, slate_state)
 """
 )
 
@@ -109,6 +127,10 @@ async def test_conversation(conversation, slate_state):
 
 async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
     await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+
+
+async def test_call(slate_call, slate_session, slate_state):
+    await call_case(slate_call, slate_session, slate_state)
 """
 )
 
@@ -128,17 +150,17 @@ def run(pytester: pytest.Pytester, source: str, mode: str) -> pytest.RunResult:
 
 def test_the_fixtures_work_under_anyio_on_asyncio_and_trio(pytester: pytest.Pytester) -> None:
     result = run(pytester, ANYIO, "strict")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=6)
 
 
 def test_the_fixtures_work_under_pytest_asyncio_strict_mode(pytester: pytest.Pytester) -> None:
     result = run(pytester, STRICT, "strict")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
 
 
 def test_the_fixtures_work_under_pytest_asyncio_auto_mode(pytester: pytest.Pytester) -> None:
     result = run(pytester, AUTO, "auto")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
 
 
 FAILING = (

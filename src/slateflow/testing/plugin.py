@@ -2,7 +2,8 @@
 
 Fixtures: ``slate_state`` (a fresh State), ``slate_clock`` (a ManualClock), ``scripted_llm`` (an
 empty ScriptedLLM; ``scripted_llm.add(...)`` the replies), ``slate_session`` (an open Session
-over ``slate_state`` on ``slate_clock``: async), ``conversation`` (a ConversationScript over it).
+over ``slate_state`` on ``slate_clock``: async), ``slate_call`` (the session's ``Call``, what a
+voice adapter talks to), ``conversation`` (a ConversationScript over it).
 
 ``slate_session`` works under anyio's pytest plugin (``@pytest.mark.anyio``, asyncio and trio)
 and under pytest-asyncio in strict mode (``@pytest.mark.asyncio``) and auto mode.
@@ -15,12 +16,20 @@ from typing import Any
 
 import pytest
 
+from ..conversation import Call
 from ..resolve import ManualClock, Session
 from ..state import State
 from .script import ConversationScript
 from .scripted_llm import ScriptedLLM
 
-__all__ = ["conversation", "scripted_llm", "slate_clock", "slate_session", "slate_state"]
+__all__ = [
+    "conversation",
+    "scripted_llm",
+    "slate_call",
+    "slate_clock",
+    "slate_session",
+    "slate_state",
+]
 
 
 @pytest.fixture
@@ -59,6 +68,12 @@ async def slate_session(
         yield session
     finally:
         await session.aclose()
+
+
+@pytest.fixture
+def slate_call(slate_session: Session) -> Call:
+    """The Call over ``slate_session`` (its conversation: turns, tools, inbox, interruptions)."""
+    return Call.of(slate_session)
 
 
 @pytest.fixture
