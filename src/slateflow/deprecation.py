@@ -22,6 +22,7 @@ _OWNERS = (
     ("StateAliases", "State"),
     ("ConversationAliases", "Session"),
     ("RunnerAliases", "FlowRunner"),
+    ("AdmitAliases", "FlowRunner"),
 )
 
 

@@ -12,23 +12,15 @@ from collections.abc import Callable
 
 from ..deprecation import deprecated
 from .admission import Admission, Enforcement, Tools
-from .compiled import CompiledFlow
 
-__all__ = ["RunnerAliases"]
+__all__ = ["AdmitAliases", "RunnerAliases"]
 
 
-class RunnerAliases:
-    """The deprecated names of ``FlowRunner``."""
+class AdmitAliases:
+    """The deprecated ways to ask about a tool, of ``FlowRunner`` and ``StackRunner`` alike."""
 
-    enforcement: Enforcement
-    tools: Tools
-    _plan: CompiledFlow
-    _paused: bool
-
-    # The runner's own methods the aliases call.
+    # The runner's own method the aliases call.
     admit: Callable[..., Admission]
-    pause: Callable[[], None]
-    unpause: Callable[[], None]
 
     @deprecated("admit(tool, record=False): refused when not .allowed, with .reason")
     def refusal(self, tool: str) -> str | None:
@@ -41,17 +33,27 @@ class RunnerAliases:
         """The reason ``tool`` would be refused now, in either mode, or None."""
         return self.admit(tool, record=False).reason or None
 
+    @deprecated("admit(tool).once")
+    def single(self, tool: str) -> bool:
+        """Whether ``tool`` may succeed at most once (``once``, ``commit``)."""
+        return self.admit(tool, record=False).once
+
+
+class RunnerAliases(AdmitAliases):
+    """The deprecated names of ``FlowRunner``."""
+
+    enforcement: Enforcement
+    tools: Tools
+    _paused: bool
+    pause: Callable[[], None]
+    unpause: Callable[[], None]
+
     @deprecated("runner.tools.constraint_refusal(tool)")
     def constraint_refusal(self, tool: str) -> str | None:
         """Why the flow's constraints refuse ``tool`` now, whatever step is active, or None."""
         if self.enforcement is Enforcement.OBSERVE:
             return None
         return self.tools.constraint_refusal(tool)
-
-    @deprecated("admit(tool).once")
-    def single(self, tool: str) -> bool:
-        """Whether ``tool`` may succeed at most once (``once``, ``commit``)."""
-        return tool in self._plan.once
 
     @property
     @deprecated("runner.paused")

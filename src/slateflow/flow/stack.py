@@ -21,12 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..deprecation import deprecated
 from ..errors import FlowError, SlateError
 from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK, Clock
 from ..state import Change, State
 from . import signals
+from .aliases import AdmitAliases
 from .digressions import Digression, FlowStack, Resume
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .timing import VoiceTiming
@@ -56,7 +56,7 @@ OVER_KEY = "flow:over"
 words were handed to the model: a voice adapter hangs up on it."""
 
 
-class StackRunner:
+class StackRunner(AdmitAliases):
     """A running :class:`FlowStack`: the session's view of it matches a ``FlowRunner``'s.
 
     ``current`` is the runner speaking now (the active digression's, else the main one);
@@ -445,22 +445,6 @@ class StackRunner:
         if once != admission.once:
             return Admission(tool, admission.allowed, admission.reason, admission.violation, once)
         return admission
-
-    @deprecated("admit(tool).once")
-    def single(self, tool: str) -> bool:
-        """Whether ``tool`` may succeed at most once in the main flow or the speaking layer."""
-        return self.admit(tool, record=False).once
-
-    @deprecated("admit(tool, record=False): refused when not .allowed, with .reason")
-    def refusal(self, tool: str) -> str | None:
-        """Why ``tool`` is refused now, or None."""
-        admission = self.admit(tool, record=False)
-        return None if admission.allowed else admission.reason
-
-    @deprecated("admit(tool, record=False).reason (empty when nothing stands in the way)")
-    def why_blocked(self, tool: str) -> str | None:
-        """Why ``tool`` would be refused now, even in observe mode (nothing is recorded)."""
-        return self.admit(tool, record=False).reason or None
 
     def _binding(self, tool: str) -> str | None:
         """Why the suspended main flow's constraints refuse ``tool`` while a digression speaks:
