@@ -1742,3 +1742,19 @@ def test_a_state_with_an_unclosed_runner_can_be_garbage_collected() -> None:
     del state
     gc.collect()
     assert gone() is None
+
+
+def test_a_posture_told_while_the_flow_is_paused_is_still_recorded() -> None:
+    flow = Flow("ask", [Step("name", done=is_set("caller:name"), posture="Ask the name.")])
+    state = State()
+    with FlowRunner(flow, state) as runner:
+        marker = runner.told_marker()
+        assert marker is not None
+        runner.pause()
+        marker(1)
+        assert runner.told_steps == ["name"]
+        assert state.get("flow:ask:told") == ["name"]
+        state.set("caller:name", "Ann")
+        assert runner.active_steps == ["name"]  # paused: the write waits
+        runner.unpause()
+        assert runner.is_complete

@@ -5,9 +5,8 @@ signal for exactly the keys its guards read; every input (a change, a tool succe
 told posture) goes through one place, :meth:`FlowRunner._apply`, which feeds the flow's
 :class:`~slateflow.flow.machine.Machine` under the runner's lock, settles it in the writer's
 thread, records the progress it made (:mod:`~slateflow.flow.progress`), and then publishes it:
-step signals, ``on_enter`` actions (:mod:`~slateflow.flow.actions`), waiters, the progress keys.
-Tool admission is :mod:`~slateflow.flow.admission`; explanations :mod:`~slateflow.flow.explain`.
-"""
+step signals, ``on_enter`` actions (:mod:`~slateflow.flow.actions`), waiters, the progress keys;
+tool admission is :mod:`~slateflow.flow.admission`, the reads :mod:`~slateflow.flow.view`."""
 
 from __future__ import annotations
 
@@ -149,19 +148,25 @@ class FlowRunner(RunnerView, RunnerAliases):
 
     # -- the one place a transition is applied -----------------------------------------------
 
-    def _apply(self, feed: Callable[..., object] | None, *args: Any, quiet: bool = False) -> None:
-        """Feed the machine an input, settle it (unless paused), record and publish the result.
-
-        Under the runner's lock, against the committed State even inside a transaction (whose
-        writes are not the flow's facts until they commit). ``quiet``: a closed or paused runner
-        ignores the input instead of raising.
-        """
+    def _apply(
+        self,
+        feed: Callable[..., object] | None,
+        *args: Any,
+        quiet: bool = False,
+        while_paused: bool = True,
+    ) -> None:
+        """Feed the machine an input, settle it (unless paused), record and publish the result,
+        under the lock and against the committed State (a transaction's writes are not facts
+        yet). ``quiet``: a closed runner ignores the input; ``while_paused=False``: a paused one
+        does too (it catches up when unpaused), else it takes it in without settling."""
         engine = self.state.engine
         with self._lock:
-            if self._closed or (quiet and self._paused):
+            if self._closed:
                 if quiet:
                     return
                 self._check_open()
+            if self._paused and not while_paused:
+                return
             if engine.tx_open:
                 with engine.outside_transaction():
                     events = self._transition(feed, *args)
@@ -221,10 +226,8 @@ class FlowRunner(RunnerView, RunnerAliases):
         alarm = self._fresh_alarm
         if alarm is not None and any(c.key in plan.fresh_keys for c in changes):
             alarm.wake()  # a new result: a new moment it goes stale
-        if len(changes) == 1:
-            self._apply(self._machine.changed, (changes[0].key,), quiet=True)
-        else:
-            self._apply(self._machine.changed, [c.key for c in changes], quiet=True)
+        keys = (changes[0].key,) if len(changes) == 1 else [c.key for c in changes]
+        self._apply(self._machine.changed, keys, quiet=True, while_paused=False)
 
     def advance(self) -> None:
         """Re-evaluate every guard now (for guards over time, such as ``fresh``, or custom
@@ -247,7 +250,7 @@ class FlowRunner(RunnerView, RunnerAliases):
                 await alarm.event.wait()
             if self._closed:
                 return
-            self._apply(self._machine.start, quiet=True)
+            self._apply(self._machine.start, quiet=True, while_paused=False)
 
     def on_tool_ok(self, tool: str) -> None:
         """Tool ``tool`` completed successfully: count it (``called_ok``, ``once``) and advance."""
@@ -298,25 +301,24 @@ class FlowRunner(RunnerView, RunnerAliases):
 
     def pause(self) -> None:
         """Stop reacting to changes; the marking stays exactly as it is."""
-        with self._lock:
-            self._check_open()
-            self._paused = True
+        self._set_paused(True)
 
     def unpause(self) -> None:
         """React again, first catching up on everything that changed while paused."""
-        with self._lock:
-            self._check_open()
-            self._paused = False
+        self._set_paused(False)
         self.advance()
 
     def restart(self) -> None:
         """Start the flow over against the current State: every step is re-opened (``on_enter``
         re-armed, tool counts and repair bookkeeping cleared); the State itself is kept, so
         facts already known complete their steps again at once."""
+        self._set_paused(False)
+        self._apply(self._machine.restart)
+
+    def _set_paused(self, paused: bool) -> None:
         with self._lock:
             self._check_open()
-            self._paused = False
-        self._apply(self._machine.restart)
+            self._paused = paused
 
     # -- what the model is told --------------------------------------------------------------
 
