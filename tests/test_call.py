@@ -139,3 +139,23 @@ async def test_the_sessions_old_conversation_methods_warn_and_still_work() -> No
 async def test_a_call_needs_a_session() -> None:
     with pytest.raises(TypeError, match="Session"):
         Call(State())  # type: ignore[arg-type]
+
+
+async def test_a_call_made_after_the_flows_started_takes_them_up() -> None:
+    state = State()
+    async with Session(state, clock=ManualClock()) as session:
+        runner = session.run_flow(booking())
+        call = Call(session)
+        ctx = await call.user_turn("hi")
+        assert ctx.postures == ("Ask how many people.",)
+        assert runner.active_steps == ["size"]
+
+
+async def test_a_call_replaces_the_sessions_own_conversation_while_it_is_unused() -> None:
+    async with Session(State(), clock=ManualClock()) as session:
+        made = session.conversation
+        call = Call(session)
+        assert session.conversation is call is not made
+        await call.user_turn("hello")
+        with pytest.raises(SessionError, match="already has a conversation"):
+            Call(session)

@@ -248,6 +248,11 @@ class Call:
         """A ``deliver`` callback sending a result to this call's inbox, tagged ``origin``."""
         return self._dialog.inbox_delivery(origin)
 
+    def to_model(self, result: BackgroundResult, origin: object = None) -> Any:
+        """Where a background result with no ``deliver`` of its own goes: the inbox, or
+        ``on_delivery`` for an ``interrupt`` one while the caller is not talking."""
+        return self._dialog.to_model(result, origin)
+
     def steps_changed(self, since: int | None, timed: bool) -> None:
         """A flow changed its active steps (any thread); see ``Trigger.on_step_change``."""
         self._dialog.steps_changed(since, timed)

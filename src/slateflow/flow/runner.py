@@ -217,7 +217,7 @@ class FlowRunner(RunnerView, RunnerAliases):
                 default=None,
             )
             if since is not None or self._plan.timed:
-                session.conversation.steps_changed(since, self._plan.timed)
+                session.steps_changed(since, self._plan.timed)
 
     # -- inputs ------------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ from .background import (
 )
 from .clock import SYSTEM_CLOCK, Clock, wait_on
 from .conversation_aliases import ConversationAliases
-from .inbox import DEFAULT_INBOX_LIMIT, ToInbox
+from .conversing import Conversing
+from .inbox import DEFAULT_INBOX_LIMIT
 from .loop import SessionLoop, spawn_detached
 from .reactions import Reaction
 from .resolver import OnConflict, Resolver
@@ -57,7 +58,7 @@ __all__ = ["Runnable", "Session"]
 log = logging.getLogger("slateflow.resolve")
 
 
-class Session(RunSlots, Restart, ConversationAliases):
+class Session(RunSlots, Restart, Conversing, ConversationAliases):
     """The runtime for dispatch and background modes: an anyio task group, a clock, the runs.
 
     Use it as ``async with Session(state) as session:``. Inside, ``session.dispatch(resolver)``
@@ -149,6 +150,7 @@ class Session(RunSlots, Restart, ConversationAliases):
         # The conversation (a slateflow.conversation.Call) attached, or made with these options
         # when first asked for.
         self._conversation: Conversation | None = None
+        self._made_conversation = False
         self._conversation_options: dict[str, Any] = {
             "redact": redact,
             "tools": tools,
@@ -480,46 +482,11 @@ class Session(RunSlots, Restart, ConversationAliases):
         self._check_usable()
         runner = flow._run_in(self, enforcement=enforcement)
         self._runners.append(runner)
-        if isinstance(runner, Governor):  # checked once: a Protocol isinstance is slow
-            self.conversation.govern(runner)
+        # Checked once: a Protocol isinstance is slow. A conversation attached later takes up
+        # the flows already running.
+        if self._conversation is not None and isinstance(runner, Governor):
+            self._conversation.govern(runner)
         return runner
-
-    # -- the conversation -------------------------------------------------------------------
-
-    conversation_factory: Callable[..., Conversation] | None = None
-    """What makes a session's conversation when nobody attached one: set to
-    :class:`slateflow.conversation.Call` when that layer is imported (``import slateflow``
-    does)."""
-
-    @property
-    def conversation(self) -> Conversation:
-        """This session's conversation (a :class:`slateflow.conversation.Call`): the one
-        attached, else one made with the conversation options given to the session."""
-        if self._conversation is None:
-            factory = Session.conversation_factory
-            if factory is None:
-                raise SessionError(
-                    "no conversation layer is loaded: import slateflow.conversation (or make a "
-                    "slateflow.conversation.Call(session)) to have turns"
-                )
-            factory(self, **self._conversation_options)  # it attaches itself
-        assert self._conversation is not None
-        return self._conversation
-
-    def attach(self, conversation: Conversation) -> None:
-        """Make ``conversation`` (a ``Call`` does this as it is made) the one this session's
-        flows govern and its background results go to; a session has one."""
-        if self._conversation is not None and self._conversation is not conversation:
-            raise SessionError(
-                "this session already has a conversation (a Call); a session carries one "
-                "call: make another Session for another call"
-            )
-        self._conversation = conversation
-
-    def inbox_delivery(self, origin: object) -> ToInbox:
-        """A ``deliver`` callback sending a result to the conversation's inbox (and
-        ``interrupt`` ones on to its ``on_delivery``), tagged with ``origin``."""
-        return self.conversation.inbox_delivery(origin)
 
     async def launch(
         self,
