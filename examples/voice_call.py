@@ -124,8 +124,8 @@ def side_flows() -> list[Digression]:
         "cancel", [Step("farewell", terminal=True, posture="Say goodbye; nothing was booked.")]
     )
     return [
-        Digression("parking", is_set("turn:topic:parking"), faq, resume="previous"),
-        Digression("cancel", is_set("turn:topic:cancel"), cancel, resume="terminate"),
+        Digression("parking", is_set("turn:topic:parking"), faq, then="previous"),
+        Digression("cancel", is_set("turn:topic:cancel"), cancel, then="terminate"),
     ]
 
 

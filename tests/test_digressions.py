@@ -242,7 +242,7 @@ def test_definition_errors_name_the_problem() -> None:
             lambda: FlowStack(main_flow(), [Digression("d", is_true("x"), main_flow())]),
             "named 'main' like another flow",
         ),
-        (lambda: Digression("d", is_true("x"), faq_flow(), "later"), "resume must be one of"),
+        (lambda: Digression("d", is_true("x"), faq_flow(), "later"), "then must be one of"),
         (lambda: Digression("d", "x", faq_flow()), "when takes a guard"),
         (lambda: Digression("", is_true("x"), faq_flow()), "non-empty string"),
         (lambda: FlowStack("main"), "needs a main Flow"),

@@ -149,7 +149,7 @@ def ended(name: str) -> str:
     return f"The conversation has ended: digression '{name}' terminated it."
 
 
-# -- digressions: suspension and resume="previous" ------------------------------------------------
+# -- digressions: pausing the main flow and then="previous" ---------------------------------------
 
 
 @pytest.mark.anyio
@@ -296,7 +296,7 @@ async def test_a_trigger_still_holding_when_the_digression_ends_starts_it_again_
         ]
 
 
-# -- resume="restart" -----------------------------------------------------------------------------
+# -- then="restart" -------------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -384,7 +384,7 @@ async def test_restart_lets_known_facts_complete_their_steps_but_forgets_tool_ca
         assert ctx.tools == ("book_table",)
 
 
-# -- resume="terminate" ---------------------------------------------------------------------------
+# -- then="terminate" -----------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -766,7 +766,7 @@ def _dup_in_builder() -> Any:
         ),
         pytest.param(
             lambda: Digression("d", is_true("a"), side("faq"), "later"),  # type: ignore[arg-type]
-            "digression 'd': resume must be one of ['previous', 'restart', 'terminate'], "
+            "digression 'd': then must be one of ['previous', 'restart', 'terminate'], "
             "got 'later'",
             id="bad-resume",
         ),
@@ -800,10 +800,10 @@ def _dup_in_builder() -> Any:
                 "d",
                 when=is_true("a"),
                 flow=side("y"),
-                resume="sideways",  # type: ignore[arg-type]
+                then="sideways",  # type: ignore[arg-type]
             ),
-            "resume must be one of",
-            id="bad-resume-builder",
+            "then must be one of",
+            id="bad-then-builder",
         ),
     ],
 )

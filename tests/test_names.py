@@ -165,3 +165,14 @@ def test_the_journal_is_one_object_and_the_old_names_still_work() -> None:
         state.derive("twice", lambda s: 2 * s.get("a"), reads=["a"]).close()
     Derived(state, "thrice", lambda s: 3 * s.get("a"), reads=["a"]).close()
     assert state.get("derived:thrice") == 6
+
+
+def test_a_digression_says_what_happens_then_and_resume_is_its_former_name() -> None:
+    faq = Flow("faq", [Step("answer", terminal=True)])
+    assert Digression("faq", is_true("ask"), faq, "restart").then == "restart"
+    with pytest.warns(DeprecationWarning, match=r"then=\.\.\."):
+        old = Digression("faq", is_true("ask"), faq, resume="terminate")
+    assert old.then == old.resume == "terminate"
+    main = Flow("main", [Step("a", done=is_true("a"))])
+    stack = FlowStack(main).digression("faq", when=is_true("ask"), flow=faq, then="restart")
+    assert stack.digressions[0].then == "restart"

@@ -31,6 +31,7 @@ from .stack import (
     FlowStack,
     Resume,
     StackRunner,
+    Then,
 )
 from .steps import Edge, OnEnter, Step, edge, run
 from .timing import DEFAULT_REPROMPT, VOICE_TIMING_KEY, VoiceTiming
@@ -62,6 +63,7 @@ __all__ = [
     "Require",
     "Reset",
     "Resume",
+    "Then",
     "StackRunner",
     "Step",
     "Verdict",

@@ -7,6 +7,7 @@ after it (``resume``); a :class:`FlowStack` is a main flow with its digressions,
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,22 +20,57 @@ if TYPE_CHECKING:
     from ..resolve.session import Session
     from .stack import StackRunner
 
-__all__ = ["Digression", "FlowStack", "Resume"]
+__all__ = ["Digression", "FlowStack", "Resume", "Then"]
 
-Resume = Literal["previous", "restart", "terminate"]
-_RESUMES: tuple[Resume, ...] = ("previous", "restart", "terminate")
+Then = Literal["previous", "restart", "terminate"]
+"""What the main flow does once a digression completes: goes on where it was (``previous``),
+starts over keeping the State (``restart``), or the conversation ends (``terminate``)."""
+Resume = Then  # its former name ("resume" now means picking up a run after a restart)
+_THENS: tuple[Then, ...] = ("previous", "restart", "terminate")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Digression:
     """A side conversation: its ``name``, the guard that starts it (``when``, checked at each
-    turn while the main flow drives), its ``flow``, and how the main flow continues after it
-    (``resume``: ``"previous"``, ``"restart"`` or ``"terminate"``)."""
+    turn while the main flow drives), its ``flow``, and what the main flow does ``then``, once
+    it completes: ``"previous"`` (go on where it was), ``"restart"`` or ``"terminate"``.
+
+    ``resume=`` is the former name of ``then=`` (it warns: "resume" now means picking up a run
+    after a restart).
+    """
 
     name: str
     when: Guard
     flow: Flow
-    resume: Resume = "previous"
+    then: Then
+
+    def __init__(
+        self,
+        name: str,
+        when: Guard,
+        flow: Flow,
+        then: Then = "previous",
+        *,
+        resume: Then | None = None,
+    ) -> None:
+        if resume is not None:
+            warnings.warn(
+                "Digression(resume=...) is deprecated and goes in the next release; use "
+                "then=... (resume now means picking up a run after a restart)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            then = resume
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "when", when)
+        object.__setattr__(self, "flow", flow)
+        object.__setattr__(self, "then", then)
+        self.__post_init__()
+
+    @property
+    def resume(self) -> Then:
+        """The former name of :attr:`then`."""
+        return self.then
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not self.name:
@@ -44,9 +80,9 @@ class Digression:
             raise FlowDefinitionError(f"{where}: when takes a guard, got {self.when!r}")
         if not isinstance(self.flow, Flow):
             raise FlowDefinitionError(f"{where}: flow takes a Flow, got {self.flow!r}")
-        if self.resume not in _RESUMES:
+        if self.then not in _THENS:
             raise FlowDefinitionError(
-                f"{where}: resume must be one of {list(_RESUMES)}, got {self.resume!r}"
+                f"{where}: then must be one of {list(_THENS)}, got {self.then!r}"
             )
 
 
@@ -79,10 +115,20 @@ class FlowStack:
         self.digressions += (d,)
 
     def digression(
-        self, name: str, *, when: Guard, flow: Flow, resume: Resume = "previous"
+        self,
+        name: str,
+        *,
+        when: Guard,
+        flow: Flow,
+        then: Then = "previous",
+        resume: Then | None = None,
     ) -> FlowStack:
-        """Add a digression; returns the stack."""
-        self._add(Digression(name, when, flow, resume))
+        """Add a digression (see :class:`Digression`; ``resume=`` is ``then``'s former name);
+        returns the stack."""
+        if resume is None:
+            self._add(Digression(name, when, flow, then))
+        else:
+            self._add(Digression(name, when, flow, resume=resume))
         return self
 
     def compile(self, tools: Iterable[str] | None = None) -> FlowStack:

@@ -6,7 +6,7 @@ flow=faq)])`` runs like a flow: ``session.run_flow(stack)`` returns a :class:`St
 each turn, if no digression is active, the first whose trigger holds takes the floor: the main
 flow is suspended untouched and the digression's own flow drives the turn. When it completes, it
 stays the speaking layer for that turn (its closing words are said), and at the next turn the
-main flow continues as its ``resume`` says: ``"previous"`` (where it was), ``"restart"`` (from
+main flow continues as its ``then`` says: ``"previous"`` (where it was), ``"restart"`` (from
 its start, keeping the State) or ``"terminate"`` (the conversation is over: nothing is
 governed any more and every tool is refused with the reason).
 
@@ -27,7 +27,7 @@ from ..resolve.clock import SYSTEM_CLOCK, Clock
 from ..state import Change, State
 from . import signals
 from .aliases import AdmitAliases
-from .digressions import Digression, FlowStack, Resume
+from .digressions import Digression, FlowStack, Resume, Then
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .timing import VoiceTiming
 from .waits import Waits
@@ -43,6 +43,7 @@ __all__ = [
     "FlowStack",
     "Resume",
     "StackRunner",
+    "Then",
 ]
 
 log = logging.getLogger("slateflow.flow")
@@ -50,7 +51,7 @@ log = logging.getLogger("slateflow.flow")
 OVERLAY_KEY = "flow:overlay"
 """The active digression's name, or None while the main flow drives."""
 TERMINATED_KEY = "flow:terminated"
-"""True once a ``resume="terminate"`` digression ended the conversation."""
+"""True once a ``then="terminate"`` digression ended the conversation."""
 OVER_KEY = "flow:over"
 """True once the conversation ended (terminated, or the main flow complete) and its closing
 words were handed to the model: a voice adapter hangs up on it."""
@@ -331,7 +332,7 @@ class StackRunner(AdmitAliases):
             self._closing_turn = self.turns + (1 if between_turns else 0)
         if (
             self._active is not None
-            and self._active[0].resume == "terminate"
+            and self._active[0].then == "terminate"
             and self.terminated is None
         ):
             self.terminated = self._active[0].name
@@ -350,9 +351,9 @@ class StackRunner(AdmitAliases):
         self._closing_turn = None
         signals.flow_completed.disconnect(self._digression_completed, sender=runner)
         runner.close()
-        if d.resume == "terminate":
+        if d.then == "terminate":
             pass  # terminated on the turn it completed
-        elif d.resume == "restart":
+        elif d.then == "restart":
             self.main.restart()
             self.history.append((self.turns, d.name, "restarted"))
         else:
