@@ -766,8 +766,7 @@ def _dup_in_builder() -> Any:
         ),
         pytest.param(
             lambda: Digression("d", is_true("a"), side("faq"), "later"),  # type: ignore[arg-type]
-            "digression 'd': then must be one of ['previous', 'restart', 'terminate'], "
-            "got 'later'",
+            "digression 'd': then must be one of ['previous', 'restart', 'terminate'], got 'later'",
             id="bad-resume",
         ),
         pytest.param(

@@ -176,3 +176,14 @@ def test_a_digression_says_what_happens_then_and_resume_is_its_former_name() -> 
     main = Flow("main", [Step("a", done=is_true("a"))])
     stack = FlowStack(main).digression("faq", when=is_true("ask"), flow=faq, then="restart")
     assert stack.digressions[0].then == "restart"
+
+
+def test_the_source_of_a_value_has_its_own_name() -> None:
+    import slateflow.state
+
+    state = State()
+    state.set("k", 1, source="fetch")
+    assert slateflow.state.source_of(state, "k") == "fetch"
+    assert state.provenance("k").source == "fetch"  # the record
+    with pytest.warns(DeprecationWarning, match="source_of"):
+        assert slateflow.state.provenance(state, "k") == "fetch"

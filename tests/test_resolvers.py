@@ -35,7 +35,7 @@ from slateflow.errors import (
     TemplateError,
 )
 from slateflow.resolve import LLMRequest, LLMResponse, TextAgent, Usage, is_fresh
-from slateflow.state import Mutation, provenance
+from slateflow.state import Mutation, source_of
 
 SAFETY = 10  # seconds of wall time: only a guard against a hung test, never waited for
 START = 1_767_225_600.0  # ManualClock's default start: 2026-01-01T00:00:00Z
@@ -212,7 +212,7 @@ async def test_fetch_binds_state_and_writes_result(state: State) -> None:
     out = await Resolver.fetch("availability", lookup).resolve(state)
     assert out == {"open": True}
     assert state.get("availability:result") == {"open": True}
-    assert provenance(state, "availability:result") == "fetch"
+    assert source_of(state, "availability:result") == "fetch"
     meta = state.get("state_meta:availability:result")
     assert meta["source"] == "fetch"
     assert meta["resolver"] == "availability"
@@ -227,7 +227,7 @@ async def test_fetch_binds_state_and_writes_result(state: State) -> None:
 async def test_agent_resolver_uses_result_convention(state: State) -> None:
     assert await Resolver.agent("verify", Echo("ok-9")).resolve(state) == "ok-9"
     assert state.get("verify:result") == "ok-9"
-    assert provenance(state, "verify:result") == "agent"
+    assert source_of(state, "verify:result") == "agent"
     assert state.get("state_meta:verify:result")["resolver"] == "verify"
 
 
@@ -238,7 +238,7 @@ async def test_fetch_records_error(state: State) -> None:
     assert state.get("lookup:error") == "upstream 503"
     assert not state.contains("lookup:result")
     assert state.get("lookup:status") == "error"
-    assert provenance(state, "lookup:error") == "fetch"
+    assert source_of(state, "lookup:error") == "fetch"
 
 
 @pytest.mark.anyio
@@ -249,7 +249,7 @@ async def test_llm_interpolates_prompt_and_stores_text(state: State) -> None:
     assert out == "Summarize the billing issue"
     assert state.get("summary:result") == "Summarize the billing issue"
     assert [r.prompt for r in llm.requests] == ["Summarize the billing issue"]
-    assert provenance(state, "summary:result") == "llm"
+    assert source_of(state, "summary:result") == "llm"
 
 
 @pytest.mark.anyio
@@ -292,7 +292,7 @@ async def test_provenance_names_the_source_kind_and_resolver(state: State, kind:
     assert resolver.kind == kind
     await resolver.resolve(state)
     for key in ("x:result", "x:status"):
-        assert provenance(state, key) == kind
+        assert source_of(state, key) == kind
         record = state.provenance(key)
         assert record is not None
         assert record.writer == "x"
@@ -707,7 +707,7 @@ async def test_function_resolver_sync_async_and_thread(state: State) -> None:
     for name, value in (("f1", 21), ("f2", 22), ("f3", 23)):
         assert state.get(f"{name}:result") == value
         assert state.get(f"{name}:status") == "done"
-        assert provenance(state, f"{name}:result") == "function"
+        assert source_of(state, f"{name}:result") == "function"
 
 
 @pytest.mark.anyio

@@ -251,8 +251,8 @@ def test_state_meta_read_returns_provenance_as_a_dict() -> None:
 
 def test_module_level_provenance_returns_the_source(state: State) -> None:
     state.set("k", 1, source="fetch")
-    assert slateflow.state.provenance(state, "k") == "fetch"
-    assert slateflow.state.provenance(state, "absent") is None
+    assert slateflow.state.source_of(state, "k") == "fetch"
+    assert slateflow.state.source_of(state, "absent") is None
 
 
 def test_provenance_meta_is_a_private_copy(state: State) -> None:
@@ -454,7 +454,7 @@ def test_rename_refuses_to_overwrite_unless_asked(state: State) -> None:
     assert state.pick("a", "b") == {"a": "from a", "b": "from b, v2"}
     assert state.rename("a", "b", overwrite=True) == 3
     assert state.pick("a", "b") == {"b": "from a"}
-    assert slateflow.state.provenance(state, "b") == "llm"
+    assert slateflow.state.source_of(state, "b") == "llm"
 
 
 def test_rename_of_a_missing_key_raises(state: State) -> None:
@@ -577,7 +577,7 @@ def test_scoped_view_reads_and_writes_its_prefix(state: State, scope: str) -> No
     assert not view.contains("other")
     assert view.keys() == ["name", "prefs:lang"]
     assert view.items() == [("name", "Ada"), ("prefs:lang", "en")]
-    assert slateflow.state.provenance(state, f"{scope}:name") == "llm"
+    assert slateflow.state.source_of(state, f"{scope}:name") == "llm"
     assert view.remove("name") == "Ada"
     assert f"{scope}:name" not in state
     assert view.remove("name", None) is None

@@ -27,7 +27,7 @@ from .conversation import datetime as when_said
 from .demo_flow import run_flow_demo
 from .errors import SlateError, VersionConflictError
 from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
-from .state import Change, State, end_turn, provenance, result_key, when
+from .state import Change, State, end_turn, result_key, source_of, when
 
 __all__ = ["TickingClock", "run"]
 
@@ -141,7 +141,7 @@ async def _run(out: Out) -> State:
     assert prov is not None
     out(f"  state.provenance('availability:result').source = {prov.source!r}")
     out(f"  ... writer = {prov.writer!r}, at = {prov.at.isoformat()}, meta = {prov.meta}")
-    out(f"  provenance(state, 'booking:date') = {provenance(state, 'booking:date')!r}")
+    out(f"  source_of(state, 'booking:date') = {source_of(state, 'booking:date')!r}")
     meta = state.get("state_meta:booking:party_size")
     out(f"  state.get('state_meta:booking:party_size') = {meta}")
 

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from ..deprecation import deprecated
 from . import when
 from .actors import Actor
 from .derived import Derived
@@ -13,7 +14,7 @@ from .policy import Policy, Rule
 from .provenance import Provenance
 from .records import SECRET_MASK, Change, Entry, Mutation
 from .scopes import SCOPES, ReadOnlyView, ScopedView, end_turn
-from .store import SNAPSHOT_FORMAT, State, provenance
+from .store import SNAPSHOT_FORMAT, State, source_of
 from .subscriptions import Subscription
 from .transaction import Transaction
 from .when import Transition
@@ -47,8 +48,8 @@ __all__ = [
     "error_key",
     "fresh_for",
     "is_fresh",
-    "provenance",
     "result_key",
+    "source_of",
     "status_key",
     "when",
 ]
@@ -62,3 +63,9 @@ def __getattr__(name: str) -> Any:
             "slateflow.state", name, {name: ("slateflow.state.Transition", lambda: Transition)}
         )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@deprecated("slateflow.state.source_of(state, key)")
+def provenance(state: State, key: str | Key[Any]) -> str | None:
+    """The former name of :func:`source_of` (it shadowed the ``provenance`` module)."""
+    return source_of(state, key)

@@ -35,7 +35,11 @@ from .snapshots import SNAPSHOT_FORMAT
 from .transaction import Transaction
 from .values import JSON, MISSING, REMOVED, Prefix, clean, copy_json
 
-__all__ = ["SNAPSHOT_FORMAT", "State", "provenance"]
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "State",
+    "source_of",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("slateflow.state")
@@ -536,10 +540,11 @@ class State(Governance, Persistence, Reacting, Scopes, StateAliases):
         return f"<State {len(self._entries)} keys, seq {self._engine.seq}>"
 
 
-def provenance(state: State, key: str | Key[Any]) -> str | None:
+def source_of(state: State, key: str | Key[Any]) -> str | None:
     """The provenance source (``"agent"``, ``"fetch"``, ``"user"``, ...) of ``key``'s value.
 
-    None when the key is not set. The full record is ``state.provenance(key)``.
+    None when the key is not set. The full record is ``state.provenance(key)`` (one word, one
+    meaning: ``provenance`` is the record; this function used to share its name).
     """
     record = state.provenance(key)
     return None if record is None else record.source
