@@ -1,7 +1,8 @@
 """The conversation layer: reading what the caller said (recognizers, extractors with promotion
 rules) and keeping secrets out of the transcript (redaction).
 
-A session runs the extractors on each turn (``session.add_extractor``, ``session.user_turn``).
+A :class:`Call` (the conversation over a Session) runs the extractors on each turn
+(``call.add_extractor``, ``call.user_turn``).
 Digressions, repair and voice timing are part of a flow's definition; they are re-exported here
 with the rest of what a voice or chat agent needs.
 """

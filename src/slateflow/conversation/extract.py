@@ -76,7 +76,7 @@ class Trigger:
     - ``Trigger.every(n)``: after every ``n``-th user turn (turns ``n``, ``2n``, ...), reading
       the last ``window`` turns, so a slow extractor (an LLM) runs less often.
     - ``Trigger.after_tool()``: after each successful tool call reported with
-      ``session.tool_ok(tool)``.
+      ``call.tool_ok(tool)``.
     - ``Trigger.on_step_change()``: when a flow of the session makes a step active, re-read
       the turns said after that step's posture was handed to the model (none, when it never
       was: a "yes" said before the question was asked is never taken as its answer).
@@ -407,7 +407,7 @@ def check_completion(
 
 class Extractor(TurnExtractor):
     """Reads its fields from the caller's turns with recognizers and promotes them into the
-    State. Attach it to a session (``session.add_extractor``) or call :meth:`extract`."""
+    State. Attach it to a call (``call.add_extractor``) or call :meth:`extract`."""
 
     fields: tuple[Field, ...]
 

@@ -149,7 +149,7 @@ def _type_text(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int = 
 
 class LLMExtractor(TurnExtractor):
     """Reads the fields of ``model`` (a pydantic model whose fields all have a default, usually
-    None) from the caller's turns by asking ``llm``; attach it with ``session.add_extractor``
+    None) from the caller's turns by asking ``llm``; attach it with ``call.add_extractor``
     or call ``await extractor.extract(state, text)``.
 
     - ``rules``: a promotion rule per field (default :func:`keep_known`); ``keys``: where a

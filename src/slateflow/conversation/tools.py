@@ -1,6 +1,6 @@
 """Tool calls that claim their admission: no check-then-act between a reply's concurrent calls.
 
-Voice frameworks run the tool calls of one model reply concurrently. Asking ``refusal(tool)``
+Voice frameworks run the tool calls of one model reply concurrently. Asking ``admit(tool)``
 and reporting ``tool_ok(tool)`` afterwards lets two calls of a ``once`` tool both pass the check
 before either reports (two bookings). A :class:`ToolDesk` closes that gap:
 
@@ -32,7 +32,7 @@ __all__ = ["ToolClaim", "ToolDesk", "ToolResult"]
 
 
 class ToolClaim:
-    """An admitted (or refused) call of ``tool``, yielded by ``session.claim(tool)``.
+    """An admitted (or refused) call of ``tool``, yielded by ``call.claim(tool)``.
 
     True when the call may go ahead; ``reason`` is the refusal for the model (or, in observe
     mode, the would-be refusal of an admitted ``violation``). Leaving the ``async with`` block
@@ -79,7 +79,7 @@ class ToolClaim:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What ``session.call_tool`` came to.
+    """What ``call.call_tool`` came to.
 
     ``allowed`` False: the call was refused and ``reason`` says why, for the model. Otherwise
     ``value`` is what the tool returned; ``shared`` is True for a caller that got the result

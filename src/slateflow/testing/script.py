@@ -31,7 +31,7 @@ class ConversationScript:
 
     ``fakes`` maps resolver names to their :class:`Fake` sources, so ``resolve("availability",
     {...})`` answers the held call of that resolver. ``user(text)`` is a whole turn through
-    ``session.user_turn``: the words (redacted as the session redacts them) also go to
+    ``call.user_turn``: the words (redacted as the session redacts them) also go to
     ``transcript_key`` (source ``"user"``), the session's extractors run, the flows advance,
     ``turn:`` keys are cleared, and the :class:`TurnContext` is kept in ``context``
     (``expect_told`` checks it). ``start`` takes a ``Flow`` or a ``FlowStack``; ``runner`` is
