@@ -115,11 +115,6 @@ class Tools:
             return ("not_in_step", ", ".join(repr(rt.step.id) for rt in restricting))
         return None
 
-    def available(self) -> list[str]:
-        """The tools admitted now, of every tool the flow knows."""
-        with self.lock, self.state.engine.outside_transaction():
-            return [t for t in self.plan.universe if self._denial(t) is None]
-
     def reason(self, tool: str, kind: str, detail: str, available: list[str] | None = None) -> str:
         """A refusal told to the model: what is missing, what it may call instead (``available``
         when the caller knows better), and the active step's posture."""
