@@ -11,6 +11,7 @@ false, and ``explain()`` shows what was there. Every one round-trips through the
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 import math
 import operator
 from collections.abc import Callable
@@ -101,27 +102,40 @@ def _seen(state: State, ref: Reference) -> str:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class _Compare(Guard):
-    """A number at a key (or a path inside it) compared with a bound."""
+class _Numeric(Guard):
+    """A test of the number at a key (or a path inside it); anything else fails it."""
 
     ref: Reference
-    bound: int | float
-    words: ClassVar[str]
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
         value = self.ref.lookup(state)
-        return _is_number(value) and _TESTS[self.op](value, self.bound)
+        return _is_number(value) and self._test(value)
+
+    @abstractmethod
+    def _test(self, value: int | float) -> bool:
+        """Whether the number passes."""
 
     def keys_read(self) -> frozenset[str]:
         return frozenset([self.ref.key])
-
-    def describe(self) -> str:
-        return f"'{self.ref.text}' must be {self.words} {_show(self.bound)}"
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
         return Explanation(
             self.evaluate(state, marking), f"{self.describe()}: {_seen(state, self.ref)}"
         )
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _Compare(_Numeric):
+    """The number compared with a bound."""
+
+    bound: int | float
+    words: ClassVar[str]
+
+    def _test(self, value: int | float) -> bool:
+        return _TESTS[self.op](value, self.bound)
+
+    def describe(self) -> str:
+        return f"'{self.ref.text}' must be {self.words} {_show(self.bound)}"
 
     def _node(self, path: str) -> dict[str, Any]:
         return {"op": self.op, "key": self.ref.text, "value": self.bound}
@@ -152,27 +166,17 @@ class _Le(_Compare):
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class _Between(Guard):
+class _Between(_Numeric):
     op: ClassVar[str] = "between"
-    ref: Reference
     low: int | float
     high: int | float
 
-    def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
-        value = self.ref.lookup(state)
-        return _is_number(value) and self.low <= value <= self.high
-
-    def keys_read(self) -> frozenset[str]:
-        return frozenset([self.ref.key])
+    def _test(self, value: int | float) -> bool:
+        return self.low <= value <= self.high
 
     def describe(self) -> str:
         low, high = _show(self.low), _show(self.high)
         return f"'{self.ref.text}' must be between {low} and {high}"
-
-    def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
-        return Explanation(
-            self.evaluate(state, marking), f"{self.describe()}: {_seen(state, self.ref)}"
-        )
 
     def _node(self, path: str) -> dict[str, Any]:
         return {"op": self.op, "key": self.ref.text, "low": self.low, "high": self.high}
