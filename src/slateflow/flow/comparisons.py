@@ -11,9 +11,9 @@ false, and ``explain()`` shows what was there. Every one round-trips through the
 from __future__ import annotations
 
 import json
-from abc import abstractmethod
 import math
 import operator
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
