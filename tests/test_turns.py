@@ -1208,11 +1208,16 @@ async def test_a_held_result_waits_across_a_second_interruption_reported_from_a_
         await settle()
         assert pushed == []
 
-        def end_and_begin_again() -> None:  # the loop has not run the flush yet
+        def end_and_begin_again() -> None:
             session.conversation.end_interruption(turn_follows=False)
             session.conversation.begin_interruption()
 
-        await anyio.to_thread.run_sync(end_and_begin_again)
+        # The loop's thread blocks on the voice thread, so the flush the first call asks for
+        # runs only after the second interruption began (with to_thread the loop could run it
+        # in between, and then speaking the result would be right).
+        voice = threading.Thread(target=end_and_begin_again)
+        voice.start()
+        voice.join()
         await settle()
         assert pushed == []  # still interrupting: held
 
