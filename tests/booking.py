@@ -8,8 +8,11 @@ A caller books a table: ``ask`` (the party size, ``b:size``) -> ``confirm`` (a y
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from slateflow import Flow, ManualClock, Resolver, Step, captured, is_true
 from slateflow.demo_flow import availability, booking_flow
+from slateflow.flow import Constraint, Guard
 
 ASK = "Ask how many people."
 READ_BACK = "Read the booking back and ask for a yes."
@@ -22,17 +25,36 @@ def booking(
     confirm: str | None = READ_BACK,
     ask_tools: tuple[str, ...] = (),
     book_tools: tuple[str, ...] = ("book_table",),
-    book_done: str = "b:booked",
+    book_done: str | Guard = "b:booked",
     book_posture: str | None = None,
     terminal_book: bool = False,
     bye: str | None = BYE,
+    grounds: bool = False,
+    constraints: Sequence[Constraint] = (),
 ) -> Flow:
     """The shared booking flow: ``ask`` -> ``confirm`` (unless ``confirm=None``) -> ``book``
-    (done when ``book_done`` is true, or terminal) -> ``bye`` (unless ``bye=None``)."""
-    steps = [Step("ask", done=captured("b:size"), posture=ask, allow=list(ask_tools))]
+    (done when ``book_done`` holds, a key that turns true or a guard; or terminal) -> ``bye``
+    (unless ``bye=None``). ``grounds``: ``ask`` and ``confirm`` ground the party size."""
+    steps = [
+        Step(
+            "ask",
+            done=captured("b:size"),
+            posture=ask,
+            allow=list(ask_tools),
+            ground="Party size: {b:size?not given}." if grounds else None,
+        )
+    ]
     last = "ask"
     if confirm is not None:
-        steps.append(Step("confirm", after=[last], done=is_true("b:ok"), posture=confirm))
+        steps.append(
+            Step(
+                "confirm",
+                after=[last],
+                done=is_true("b:ok"),
+                posture=confirm,
+                ground="Party of {b:size}." if grounds else None,
+            )
+        )
         last = "confirm"
     if terminal_book:
         steps.append(Step("book", after=[last], terminal=True, posture=book_posture))
@@ -41,14 +63,14 @@ def booking(
             Step(
                 "book",
                 after=[last],
-                done=is_true(book_done),
+                done=is_true(book_done) if isinstance(book_done, str) else book_done,
                 allow=list(book_tools),
                 posture=book_posture,
             )
         )
     if bye is not None and not terminal_book:
         steps.append(Step("bye", after=["book"], terminal=True, posture=bye))
-    return Flow("booking", steps)
+    return Flow("booking", steps, list(constraints))
 
 
 def voice_booking(lookup: Resolver | None = None, clock: ManualClock | None = None) -> Flow:

@@ -25,6 +25,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from booking import ASK, BYE, READ_BACK
+from booking import booking as shared_booking
 from helpers import refusal
 from slateflow import (
     Flow,
@@ -65,10 +67,8 @@ from slateflow.testing import fake_fetch
 
 SAFETY = 10.0  # seconds of real time a thread test may take before it counts as hung
 
-ASK = "Ask how many people."
-CONFIRM = "Read the booking back and ask for a yes."
+CONFIRM = READ_BACK
 BOOK = "Book the table."
-BYE = "Say goodbye."
 TOOLS_TRANSFER = "Tools you may call now: transfer."
 UNMET_BOTH = "Before finishing, these still need to happen: confirm, book."
 
@@ -81,31 +81,11 @@ def booking() -> Flow:
 
     'book' is a commit tool refused until the yes; 'refund' is never allowed until 'manager'
     says so; the flow needs confirm and book done (in that order of naming)."""
-    return Flow(
-        "booking",
-        [
-            Step(
-                "ask",
-                done=captured("b:size"),
-                posture=ASK,
-                ground="Party size: {b:size?not given}.",
-            ),
-            Step(
-                "confirm",
-                after=["ask"],
-                done=is_true("b:ok"),
-                posture=CONFIRM,
-                ground="Party of {b:size}.",
-            ),
-            Step(
-                "book",
-                after=["confirm"],
-                done=called_ok("book"),
-                allow=["book", "transfer"],
-                posture=BOOK,
-            ),
-            Step("bye", after=["book"], terminal=True, posture=BYE),
-        ],
+    return shared_booking(
+        grounds=True,
+        book_done=called_ok("book"),
+        book_tools=("book", "transfer"),
+        book_posture=BOOK,
         constraints=[
             commit("book", until=is_true("b:ok")),
             never("refund").until(is_true("manager")),
