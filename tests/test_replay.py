@@ -379,10 +379,6 @@ def test_replay_leaves_a_store_file_as_it_was(
         assert again.get("booking:status") == "confirmed"
 
 
-@pytest.mark.xfail(
-    reason="BUG: SQLiteStore(readonly=True) lets SQLite create <path>-wal and <path>-shm beside a "
-    "closed WAL file and leaves them (a fix belongs in stores/sqlite.py)"
-)
 def test_replay_leaves_no_files_beside_a_closed_store(
     call: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

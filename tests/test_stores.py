@@ -738,6 +738,8 @@ def test_a_writer_in_another_process_holds_the_file_until_it_dies(tmp_path: Path
         finally:
             holder.kill()  # SIGKILL: no close, no cleanup
             holder.wait()
+    # What the killed writer committed is read from the -wal it left.
+    assert replay(path)[-1] == "  a  (new) -> 1  v1  user"
     with State.open(path) as again:  # the lock died with its process
         assert again.get("a") == 1
 
@@ -756,6 +758,7 @@ def test_a_read_only_store_refuses_writes_and_leaves_the_file_alone(tmp_path: Pa
     assert state.journal.at(1).get("a") == 1
     state.close()
     assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["s.db"]  # no -wal or -shm left beside it
     with pytest.raises(StoreError, match="no store at"):
         SQLiteStore(tmp_path / "missing.db", readonly=True)
     assert not (tmp_path / "missing.db").exists()

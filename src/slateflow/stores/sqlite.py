@@ -82,8 +82,9 @@ class SQLiteStore(Checkpoints):
     writer, in this process or another, through any name of the file (a symlink, a hard link),
     is refused at open. The lock goes with the process, however it ends. A file deleted or
     moved while open is noticed at the next write: the store fails with ``StoreError``.
-    ``readonly=True`` opens without the lock and without writing anything (what ``slateflow
-    replay`` does; it may read a file another process is writing).
+    ``readonly=True`` opens without the lock and without writing anything, beside the file
+    either (what ``slateflow replay`` does). It may read a file another process is writing; a
+    file nobody has open is read as immutable: a writer that opens it meanwhile is not seen.
     Open it through ``State.open(path)``. Workflow checkpoints live in the same file.
     """
 
@@ -154,6 +155,10 @@ class SQLiteStore(Checkpoints):
         try:
             if self.readonly:
                 target = self.path.resolve().as_uri() + "?mode=ro"
+                if not Path(f"{self.path}-wal").exists():
+                    # No one has it open (a writer keeps its -wal while open): read it as the
+                    # closed file it is, or SQLite leaves a -wal and -shm beside it.
+                    target += "&immutable=1"
                 conn = sqlite3.connect(
                     target, uri=True, isolation_level=None, check_same_thread=False, timeout=10.0
                 )
