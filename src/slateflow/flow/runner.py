@@ -151,16 +151,20 @@ class FlowRunner(RunnerView, RunnerAliases):
     def _apply(
         self,
         feed: Callable[..., object] | None,
-        *args: Any,
+        args: tuple[Any, ...] = (),
         quiet: bool = False,
         while_paused: bool = True,
     ) -> None:
-        """Feed the machine an input, settle it (unless paused), record and publish the result,
-        under the lock and against the committed State (a transaction's writes are not facts
-        yet). ``quiet``: a closed runner ignores the input; ``while_paused=False``: a paused one
-        does too (it catches up when unpaused), else it takes it in without settling."""
+        """Feed the machine an input (``feed(*args)``), settle it (unless paused), record and
+        publish the result, under the lock and against the committed State (a transaction's
+        writes are not facts yet). ``quiet``: a closed runner ignores the input;
+        ``while_paused=False``: a paused one does too (it catches up when unpaused), else it
+        takes it in without settling. Positional on the hot path: keywords cost a change
+        about a tenth of a microsecond each."""
         engine = self.state.engine
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # a third of a with-block's cost: this runs on every change
+        try:
             if self._closed:
                 if quiet:
                     return
@@ -169,12 +173,16 @@ class FlowRunner(RunnerView, RunnerAliases):
                 return
             if engine.tx_open:
                 with engine.outside_transaction():
-                    events = self._transition(feed, *args)
+                    events = self._transition(feed, args)
             else:
-                events = self._transition(feed, *args)
+                events = self._transition(feed, args)
+        finally:
+            lock.release()
         self._publish(events)
 
-    def _transition(self, feed: Callable[..., object] | None = None, *args: Any) -> list[Event]:
+    def _transition(
+        self, feed: Callable[..., object] | None = None, args: tuple[Any, ...] = ()
+    ) -> list[Event]:
         """Under the lock: feed, latch and commit the progress keys (delivered by _publish)."""
         m = self._machine
         if feed is not None:
@@ -227,7 +235,7 @@ class FlowRunner(RunnerView, RunnerAliases):
         if alarm is not None and any(c.key in plan.fresh_keys for c in changes):
             alarm.wake()  # a new result: a new moment it goes stale
         keys = (changes[0].key,) if len(changes) == 1 else [c.key for c in changes]
-        self._apply(self._machine.changed, keys, quiet=True, while_paused=False)
+        self._apply(self._machine.changed, (keys,), True, False)
 
     def advance(self) -> None:
         """Re-evaluate every guard now (for guards over time, such as ``fresh``, or custom
@@ -250,13 +258,13 @@ class FlowRunner(RunnerView, RunnerAliases):
                 await alarm.event.wait()
             if self._closed:
                 return
-            self._apply(self._machine.start, quiet=True, while_paused=False)
+            self._apply(self._machine.start, (), True, False)
 
     def on_tool_ok(self, tool: str) -> None:
         """Tool ``tool`` completed successfully: count it (``called_ok``, ``once``) and advance."""
         if type(tool) is not str or not tool:
             raise FlowError(f"flow {self.name!r}: on_tool_ok takes a tool name, got {tool!r}")
-        self._apply(self._machine.tool_ok, tool)
+        self._apply(self._machine.tool_ok, (tool,))
 
     def begin_turn(self) -> None:
         """A user turn starts (the session calls this before its extractors run): a step the
@@ -338,7 +346,7 @@ class FlowRunner(RunnerView, RunnerAliases):
         """Record ``steps`` as told at user turn ``turn`` (guards reading ``told`` re-evaluate);
         with ``closing`` (the complete flow's closing words) the flow is over."""
         was_over = self._machine.over
-        self._apply(self._machine.tell, steps, turn, closing, quiet=True)
+        self._apply(self._machine.tell, (steps, turn, closing), True)
         if self._machine.over and not was_over and signals.flow_over.receivers:
             send(signals.flow_over, self, self.name)
 
