@@ -265,3 +265,9 @@ class CompiledFlow:
             fresh_names(reset.guard, fresh)
         self.fresh_names = tuple(sorted(fresh))
         self.fresh_keys = frozenset(f"{n}:result" for n in fresh)
+        # What every runner of the flow subscribes to and writes, made once.
+        self.watched = sorted(self.key_steps.keys() | self.key_resets.keys())
+        name = flow.name
+        self.progress_keys = tuple(
+            f"flow:{name}:{k}" for k in ("active", "done", "complete", "marking", "told", "over")
+        )

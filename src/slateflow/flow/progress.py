@@ -32,13 +32,10 @@ class Progress:
     __slots__ = ("durable", "fired", "keys", "machine", "stamp", "state")
 
     def __init__(self, machine: Machine, state: State) -> None:
-        name = machine.name
         self.machine = machine
         self.state = state
-        self.keys = tuple(
-            f"flow:{name}:{k}" for k in ("active", "done", "complete", "marking", "told", "over")
-        )
-        self.stamp = Stamp("flow", name, None, None)
+        self.keys = machine.plan.progress_keys
+        self.stamp = Stamp("flow", machine.name, None, None)
         # On a state with a store the runner also records its marking, to resume from it.
         self.durable = state.store is not None
         if self.durable:

@@ -127,7 +127,7 @@ class FlowRunner(RunnerView, RunnerAliases):
                     "(runner.close()) or give this flow another name"
                 )
             mine[flow.name] = weakref.ref(self)
-        watched = sorted(plan.key_steps.keys() | plan.key_resets.keys())
+        watched = plan.watched
         # No keys at all must not mean every key: subscribe only when a guard reads one.
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
         try:
