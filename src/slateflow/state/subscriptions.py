@@ -93,7 +93,7 @@ class SubscriptionIndex:
     ) -> Subscription:
         if not callable(callback):
             raise TypeError(f"subscribe() needs a callable, got {callback!r}")
-        key_set = frozenset(check_key(k) for k in (keys or ()))
+        key_set = frozenset(map(check_key, keys or ()))
         texts = [pattern] if isinstance(pattern, str) else list(pattern or ())
         sub = Subscription(closer, callback, key_set, tuple(compile_pattern(p) for p in texts))
         with self._lock:
@@ -116,7 +116,8 @@ class SubscriptionIndex:
             if sub.patterns:
                 self.by_pattern = tuple(s for s in self.by_pattern if s is not sub)
                 self._pattern_cache = {}
-            self.everything = tuple(s for s in self.everything if s is not sub)
+            if sub in self.everything:
+                self.everything = tuple(s for s in self.everything if s is not sub)
             self.count -= 1
 
     def add_key(self, sub: Subscription, key: str) -> None:
@@ -146,12 +147,17 @@ class SubscriptionIndex:
 
     def _unindex(self, sub: Subscription, keys: Iterable[str]) -> None:
         """Drop ``sub`` from the exact-key index of ``keys`` (call under the lock)."""
+        by_key = self.by_key
         for k in keys:
-            rest = tuple(s for s in self.by_key.get(k, ()) if s is not sub)
+            subs = by_key.get(k, ())
+            if len(subs) == 1 and subs[0] is sub:  # most keys have one subscriber (a runner)
+                del by_key[k]
+                continue
+            rest = tuple(s for s in subs if s is not sub)
             if rest:
-                self.by_key[k] = rest
+                by_key[k] = rest
             else:
-                self.by_key.pop(k, None)
+                by_key.pop(k, None)
 
     def _pattern_subs(self, key: str) -> tuple[Subscription, ...]:
         cache = self._pattern_cache
