@@ -56,6 +56,31 @@ def test_a_renamed_class_keeps_its_old_name_for_a_release(module: str, old: str,
         assert getattr(mod, old) is getattr(mod, new)
 
 
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("tools", "ToolDesk"),
+        ("tools", "ToolClaim"),
+        ("tools", "ToolResult"),
+        ("dialog", "Dialog"),
+        ("dialog", "HandoverMode"),
+        ("dialog", "DEFAULT_MAX_TRANSCRIPT"),
+    ],
+)
+def test_a_module_that_moved_up_a_layer_still_imports_its_names_with_a_warning(
+    module: str, name: str
+) -> None:
+    old = importlib.import_module(f"slateflow.resolve.{module}")
+    new = importlib.import_module(f"slateflow.conversation.{module}")
+    where = (
+        rf"slateflow\.resolve\.{module}\.{name} is deprecated.*slateflow\.conversation\.{module}"
+    )
+    with pytest.warns(DeprecationWarning, match=where):
+        assert getattr(old, name) is getattr(new, name)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        old.Nope  # noqa: B018
+
+
 def runner() -> FlowRunner:
     flow = Flow(
         "pay",
