@@ -434,12 +434,10 @@ class Run:
                 meta["scheduling"] = str(self.scheduling.value)
             self._commit({resolver.status_key: "running"}, (), meta)
             return
-        if not state.engine.fenced:
-            # Nobody's code is fenced and no transaction is open: the plain set is the
-            # cheapest commit, and its governance is the same.
-            state.set(resolver.status_key, "running", source=resolver.kind, writer=resolver.name)
-            return
-        state.engine.commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
+        # A constant string: trusted (its key and the policies are still checked).
+        state.engine.commit_owned(
+            {resolver.status_key: "running"}, (), resolver.stamp, self.mode, trusted=True
+        )
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).
