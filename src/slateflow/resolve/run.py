@@ -434,10 +434,7 @@ class Run:
                 meta["scheduling"] = str(self.scheduling.value)
             self._commit({resolver.status_key: "running"}, (), meta)
             return
-        # A constant string: trusted (its key and the policies are still checked).
-        state.engine.commit_owned(
-            {resolver.status_key: "running"}, (), resolver.stamp, self.mode, trusted=True
-        )
+        state.engine.commit_owned({resolver.status_key: "running"}, (), resolver.stamp, self.mode)
 
     def write_outcome(self, *, status: bool = True) -> None:
         """Write the ended run's keys in one batch (without the status key if ``status=False``).
