@@ -125,17 +125,6 @@ async def test_background_results_wait_in_the_calls_inbox() -> None:
         assert call.take_deliveries() == []
 
 
-async def test_the_sessions_old_conversation_methods_warn_and_still_work() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
-        with pytest.warns(DeprecationWarning, match=r"session\.conversation\.user_turn"):
-            ctx = await session.user_turn("hello")
-        assert ctx.turn.text == "hello"
-        with pytest.warns(DeprecationWarning, match="transcript"):
-            assert [t.text for t in session.transcript] == ["hello"]
-        with pytest.warns(DeprecationWarning, match="admit"):
-            assert session.refusal("anything") is None
-
-
 async def test_a_call_needs_a_session() -> None:
     with pytest.raises(TypeError, match="Session"):
         Call(State())  # type: ignore[arg-type]

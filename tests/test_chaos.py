@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from slateflow import ManualClock, Resolver, Retry, Scheduling, Session, State
 from slateflow.errors import DispatchRejectedError, ResolverCancelledError, ResolverError
 from slateflow.resolve import BackgroundResult, Run
-from slateflow.state import Mutation
+from slateflow.state import Change
 
 NAMES = ("n0", "n1", "n2", "n3")
 POLICIES = ("latest", "queue", "parallel", "reject")
@@ -171,9 +171,9 @@ class Sink:
     def __init__(self, harness: Harness) -> None:
         self.h = harness
 
-    def record(self, mutations: Iterable[Mutation]) -> None:
-        touched: dict[str, list[Mutation]] = {}
-        for m in mutations:
+    def record(self, changes: Iterable[Change]) -> None:
+        touched: dict[str, list[Change]] = {}
+        for m in changes:
             name, _, part = m.key.partition(":")
             if name in self.h.pending and part in ("status", "result", "error"):
                 touched.setdefault(name, []).append(m)
@@ -235,7 +235,7 @@ class Harness:
         self.pending[name] = still
         return newly
 
-    def on_commit(self, name: str, changes: list[Mutation]) -> None:
+    def on_commit(self, name: str, changes: list[Change]) -> None:
         """A commit of ``name``'s keys: check that a run that may write them wrote them."""
         assert self.session is not None
         self.epoch += 1

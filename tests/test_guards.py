@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import fingerprint
-from slateflow import ManualClock, Resolver, State, guards
+from slateflow import ManualClock, Resolver, State
 from slateflow.errors import GuardFormatError, ResolverError, StateValueError
-from slateflow.flow import Marking
-from slateflow.guards import (
+from slateflow.flow import Marking, guards
+from slateflow.flow.guards import (
     EMPTY_MARKING,
     GUARD_FORMAT,
     Explanation,
@@ -69,7 +69,6 @@ def test_public_addresses_are_the_same_objects() -> None:
     for name in guards.__all__:
         if name in slateflow.__all__:
             assert getattr(slateflow, name) is getattr(guards, name)
-    assert slateflow.guards.Marking is guards.Marking
     assert GUARD_FORMAT == "slateflow.guard/1"
     assert issubclass(GuardFormatError, ValueError)
 

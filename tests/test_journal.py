@@ -1,4 +1,4 @@
-"""The journal: the bounded ring of mutations, cursors, sinks (memory and JSON lines) and the
+"""The journal: the bounded ring of changes, cursors, sinks (memory and JSON lines) and the
 masking of secret values wherever the state is shown."""
 
 from __future__ import annotations
@@ -13,33 +13,33 @@ import pytest
 
 from slateflow import Change, SlateError, State
 from slateflow.errors import CursorExpiredError
-from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, Mutation, end_turn
+from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, end_turn
 
 
 class BatchSink:
     """A sink keeping each batch it is fed, as a list."""
 
     def __init__(self) -> None:
-        self.batches: list[list[Mutation]] = []
+        self.batches: list[list[Change]] = []
 
-    def record(self, mutations: Sequence[Mutation]) -> None:
-        self.batches.append(list(mutations))
+    def record(self, changes: Sequence[Change]) -> None:
+        self.batches.append(list(changes))
 
 
 class FailingSink:
     def __init__(self) -> None:
         self.calls = 0
 
-    def record(self, mutations: Sequence[Mutation]) -> None:
+    def record(self, changes: Sequence[Change]) -> None:
         self.calls += 1
         raise OSError("disk full")
 
 
-def seqs(mutations: Sequence[Mutation]) -> list[int]:
-    return [m.seq for m in mutations]
+def seqs(changes: Sequence[Change]) -> list[int]:
+    return [m.seq for m in changes]
 
 
-# -- cursor and mutations_since ------------------------------------------------------------------
+# -- cursor and journal.since ------------------------------------------------------------------
 
 
 def test_new_state_has_cursor_zero_and_an_empty_journal() -> None:
@@ -60,7 +60,7 @@ def test_cursor_counts_batches_not_changes() -> None:
     assert seqs(state.journal.since(0)) == [1, 2, 2, 2]
 
 
-def test_mutations_since_returns_later_mutations_oldest_first() -> None:
+def test_journal_since_returns_later_changes_oldest_first() -> None:
     state = State()
     state.set("a", 1)
     cursor = state.cursor
@@ -72,8 +72,7 @@ def test_mutations_since_returns_later_mutations_oldest_first() -> None:
     assert state.journal.since(state.cursor + 10) == []
 
 
-def test_mutations_are_the_changes_that_were_delivered() -> None:
-    assert Mutation is Change
+def test_changes_are_the_changes_that_were_delivered() -> None:
     state = State()
     delivered: list[Change] = []
     state.subscribe(delivered.extend)
@@ -84,7 +83,7 @@ def test_mutations_are_the_changes_that_were_delivered() -> None:
     assert journal == delivered
 
 
-def test_mutation_records_old_new_version_and_provenance() -> None:
+def test_change_records_old_new_version_and_provenance() -> None:
     state = State(clock=lambda: 1000.0)
     state.set("a", [1], source="agent", writer="w", confidence=1, meta={"why": "test"})
     state.set("a", [1, 2])
@@ -102,7 +101,7 @@ def test_mutation_records_old_new_version_and_provenance() -> None:
     assert first.at.timestamp() == 1000.0
 
 
-def test_mutation_values_are_copies() -> None:
+def test_change_values_are_copies() -> None:
     state = State()
     state.set("a", {"x": [1]})
     (m,) = state.journal.since(0)
@@ -243,7 +242,7 @@ def test_journal_size_zero_still_feeds_sinks_and_subscribers() -> None:
     state.subscribe(got.extend)
     state.set("a", 1)
     state.update({"b": 1, "c": 1})
-    assert [m.key for m in sink.mutations] == ["a", "b", "c"]
+    assert [m.key for m in sink.changes] == ["a", "b", "c"]
     assert [c.key for c in got] == ["a", "b", "c"]
 
 
@@ -294,8 +293,8 @@ def test_sink_sees_the_same_records_as_the_ring() -> None:
     state = State(sinks=[sink], journal_size=2)
     for i in range(10):
         state.set("k", i)
-    assert [m.new for m in sink.mutations] == list(range(10))
-    assert sink.mutations[-2:] == state.journal.since(8)
+    assert [m.new for m in sink.changes] == list(range(10))
+    assert sink.changes[-2:] == state.journal.since(8)
 
 
 def test_add_sink_and_remove_sink() -> None:
@@ -307,7 +306,7 @@ def test_add_sink_and_remove_sink() -> None:
     state.journal.remove_sink(sink)
     state.journal.remove_sink(sink)  # removing twice is harmless
     state.set("after", 1)
-    assert [m.key for m in sink.mutations] == ["during"]
+    assert [m.key for m in sink.changes] == ["during"]
 
 
 def test_add_sink_refuses_non_sinks() -> None:
@@ -321,7 +320,7 @@ def test_several_sinks_each_get_everything() -> None:
     state = State(sinks=[first])
     state.journal.add_sink(second)
     state.update({"a": 1, "b": 2})
-    assert [m.key for m in first.mutations] == [m.key for m in second.mutations] == ["a", "b"]
+    assert [m.key for m in first.changes] == [m.key for m in second.changes] == ["a", "b"]
 
 
 def test_failing_sink_never_fails_the_write(caplog: pytest.LogCaptureFixture) -> None:
@@ -341,7 +340,7 @@ def test_failing_sink_never_fails_the_write(caplog: pytest.LogCaptureFixture) ->
         state.update({"b": 1, "c": 1})
 
     assert state.pick("a", "b", "c") == {"a": 1, "b": 1, "c": 1}
-    assert [m.key for m in good.mutations] == ["a", "b", "c"]
+    assert [m.key for m in good.changes] == ["a", "b", "c"]
     assert [c.key for c in delivered] == ["a", "b", "c"]
     assert len(state.journal.since(0)) == 3
     assert bad.calls == 2
@@ -374,7 +373,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_jsonl_sink_writes_one_line_per_mutation(tmp_path: Path) -> None:
+def test_jsonl_sink_writes_one_line_per_change(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     with JsonlSink(path) as sink:
         state = State(sinks=[sink], clock=lambda: 1000.0)

@@ -35,7 +35,7 @@ from slateflow.errors import (
     TemplateError,
 )
 from slateflow.resolve import LLMRequest, LLMResponse, TextAgent, Usage, is_fresh
-from slateflow.state import Mutation, source_of
+from slateflow.state import Change, source_of
 
 SAFETY = 10  # seconds of wall time: only a guard against a hung test, never waited for
 START = 1_767_225_600.0  # ManualClock's default start: 2026-01-01T00:00:00Z
@@ -150,15 +150,15 @@ def epoch(started_at: Any) -> float:
     return float(started_at)
 
 
-def batches_since(state: State, cursor: int) -> dict[int, list[Mutation]]:
+def batches_since(state: State, cursor: int) -> dict[int, list[Change]]:
     """The journal after ``cursor``, grouped by batch seq."""
-    out: dict[int, list[Mutation]] = {}
+    out: dict[int, list[Change]] = {}
     for m in state.journal.since(cursor):
         out.setdefault(m.seq, []).append(m)
     return out
 
 
-def one_batch(state: State, cursor: int) -> dict[str, Mutation]:
+def one_batch(state: State, cursor: int) -> dict[str, Change]:
     """The single batch committed after ``cursor`` (fails if there are more), by key."""
     batches = batches_since(state, cursor)
     assert len(batches) == 1, f"expected one batch after {cursor}, got {batches}"

@@ -4,7 +4,6 @@
   ``errors``).
 - No module in ``src/`` is over 600 lines.
 - No class has more than 30 public methods, counting what it inherits from slateflow classes
-  and leaving out deprecated aliases (``slateflow.deprecation``), which go in the next release
   (properties are attributes, not methods: they are not counted).
 - No import cycle between modules of one layer, counting the imports that run when a module is
   imported (a function-level import is the deliberate way to reach a module that builds on
@@ -30,7 +29,7 @@ MAX_PUBLIC = 30
 
 LAYERS = ["errors", "stores", "state", "resolve", "flow", "conversation", "orchestrate", "testing"]
 # Modules of the base layer beside errors.py (they import nothing of the package).
-BASE = {"errors", "deprecation"}
+BASE = {"errors"}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -164,7 +163,7 @@ def _classes() -> list[type]:
 
 def public_api(cls: type, *, properties: bool = False) -> list[str]:
     """The public methods of ``cls`` (and its properties, with ``properties``), with those it
-    inherits from slateflow classes, leaving out deprecated aliases."""
+    inherits from slateflow classes."""
     names = []
     for name in dir(cls):
         if name.startswith("_"):
@@ -178,7 +177,7 @@ def public_api(cls: type, *, properties: bool = False) -> list[str]:
         fn = attr.fget if isinstance(attr, property) else attr
         if isinstance(fn, staticmethod | classmethod):
             fn = fn.__func__
-        if not callable(fn) or getattr(fn, "__deprecated__", None):
+        if not callable(fn):
             continue
         if inspect.isclass(fn):
             continue
@@ -195,9 +194,7 @@ def test_no_class_has_more_than_30_public_methods() -> None:
     assert big == {}, f"classes over {MAX_PUBLIC} public methods: {big}"
 
 
-def test_the_class_check_counts_inherited_methods_and_skips_deprecated_ones() -> None:
-    from slateflow.deprecation import deprecated
-
+def test_the_class_check_counts_inherited_methods() -> None:
     class Base:
         def a(self) -> None: ...
 
@@ -209,9 +206,6 @@ def test_the_class_check_counts_inherited_methods_and_skips_deprecated_ones() ->
         @property
         def c(self) -> int:
             return 1
-
-        @deprecated("b()")
-        def old(self) -> None: ...
 
         def _private(self) -> None: ...
 

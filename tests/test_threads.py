@@ -76,7 +76,7 @@ def test_concurrent_sets_are_delivered_exactly_once_in_seq_order() -> None:
 
     run_threads(work)
 
-    committed = sink.mutations
+    committed = sink.changes
     assert committed, "nothing was committed"
     assert state.cursor == committed[-1].seq
 
@@ -154,10 +154,10 @@ def test_concurrent_transactions_commit_or_conflict_never_lose_updates() -> None
     assert state.version("counter") == total_commits
     # Each committed transaction wrote the counter once: the journal shows a +1 chain, and
     # each commit's batch holds the counter and that thread's last:<i> with the same value.
-    history = [m.new for m in sink.mutations if m.key == "counter"]
+    history = [m.new for m in sink.changes if m.key == "counter"]
     assert history == list(range(1, total_commits + 1))
     batches: dict[int, dict[str, Any]] = {}
-    for m in sink.mutations:
+    for m in sink.changes:
         batches.setdefault(m.seq, {})[m.key] = m.new
     assert all(len(b) == 2 for b in batches.values())
     assert all(sorted(set(b.values())) == [b["counter"]] for b in batches.values())
@@ -255,7 +255,7 @@ def test_journal_under_concurrency_has_no_gaps(size: int) -> None:
             state.set(f"k{i}", j)
 
     run_threads(work)
-    assert [m.seq for m in sink.mutations] == list(range(1, THREADS * per_thread + 1))
+    assert [m.seq for m in sink.changes] == list(range(1, THREADS * per_thread + 1))
     assert state.journal.since(state.cursor) == []
     if size:
         recent = state.journal.since(state.cursor - size)

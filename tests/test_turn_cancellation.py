@@ -25,6 +25,7 @@ from slateflow import (
     is_set,
 )
 from slateflow.conversation import Extract, integer_near, one_of
+from slateflow.flow import Admission
 
 pytestmark = pytest.mark.anyio
 
@@ -169,8 +170,8 @@ async def test_a_flow_that_raises_ends_the_turn_cleanly_and_the_error_reaches_th
 
         grounds = reprompts = unmet_requirements = known_tools = postures
 
-        def refusal(self, tool: str) -> str | None:
-            return None
+        def admit(self, tool: str, *, record: bool = True) -> Admission:
+            return Admission(tool, True)
 
         def voice_timing(self) -> Any:
             return None

@@ -236,7 +236,7 @@ async def _run(out: Out) -> State:
     cleared = end_turn(state)
     out(
         f"  end_turn(state) cleared {cleared} key(s); {len(state)} keys remain, cursor "
-        f"{state.cursor}, {len(state.journal.since(0))} mutations in the journal"
+        f"{state.cursor}, {len(state.journal.since(0))} changes in the journal"
     )
 
     _heading(out, "8. The same call as a Flow: steps advance when their guards hold")

@@ -111,7 +111,7 @@ class SchemaError(SlateError, ValueError):
 
 
 class CursorExpiredError(SlateError):
-    """The journal no longer holds every mutation after a cursor (the ring overwrote them).
+    """The journal no longer holds every change after a cursor (the ring overwrote them).
 
     Read less often, raise ``journal_size``, or attach a journal sink that keeps everything.
     """

@@ -7,8 +7,6 @@ Digressions, repair and voice timing are part of a flow's definition; they are r
 with the rest of what a voice or chat agent needs.
 """
 
-from typing import Any
-
 from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
 from ..resolve import Session, Turn, TurnContext
 from .call import Call
@@ -92,14 +90,3 @@ __all__ = [
 # A session makes its conversation with this when nobody attached one (session.conversation).
 Session.conversation_factory = Call
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Rule":
-        from ..deprecation import moved
-
-        return moved(
-            "slateflow.conversation",
-            name,
-            {name: ("slateflow.conversation.Promotion", lambda: Promotion)},
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

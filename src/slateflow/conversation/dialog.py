@@ -27,7 +27,6 @@ from ..resolve.inbox import DEFAULT_INBOX_LIMIT, Inbox, ToInbox
 from ..resolve.turns import (
     DEFAULT_MAX_TRANSCRIPT,
     VOICE_TIMING_KEY,
-    Admitted,
     Governor,
     Handover,
     HandoverMode,
@@ -248,13 +247,7 @@ class Dialog:
         flagged = ""
         once = False
         for governor in self._live():
-            admit: Callable[..., Admitted] | None = getattr(governor, "admit", None)
-            if admit is None:  # a governor written before admit(): its refusal decides
-                reason = governor.refusal(tool)  # type: ignore[attr-defined]
-                if reason is not None:
-                    return ToolClaim(tool, False, reason, once=once)
-                continue
-            admission = admit(tool, record=record)
+            admission = governor.admit(tool, record=record)
             once = once or admission.once
             if not admission.allowed:
                 return ToolClaim(tool, False, admission.reason, once=once)

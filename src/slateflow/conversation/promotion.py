@@ -106,14 +106,3 @@ def non_empty() -> Promotion:
     """Write only a value that is not empty (no ``None``, ``""``, ``[]`` or ``{}``)."""
     return Promotion("non_empty")
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Rule":
-        from ..deprecation import moved
-
-        return moved(
-            "slateflow.conversation.promotion",
-            name,
-            {name: ("slateflow.conversation.promotion.Promotion", lambda: Promotion)},
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,6 @@ from .stack import (
     TERMINATED_KEY,
     Digression,
     FlowStack,
-    Resume,
     StackRunner,
     Then,
 )
@@ -62,7 +61,6 @@ __all__ = [
     "RepairPolicy",
     "Require",
     "Reset",
-    "Resume",
     "Then",
     "StackRunner",
     "Step",

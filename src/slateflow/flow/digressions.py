@@ -1,13 +1,12 @@
 """Digressions: side conversations a :class:`FlowStack` lets take the floor from its main flow.
 
 A :class:`Digression` names the guard that starts it, its own flow, and what the main flow does
-after it (``resume``); a :class:`FlowStack` is a main flow with its digressions, run by
+after it (``then``); a :class:`FlowStack` is a main flow with its digressions, run by
 :class:`~slateflow.flow.stack.StackRunner` (``session.run_flow(stack)``).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,57 +19,25 @@ if TYPE_CHECKING:
     from ..resolve.session import Session
     from .stack import StackRunner
 
-__all__ = ["Digression", "FlowStack", "Resume", "Then"]
+__all__ = ["Digression", "FlowStack", "Then"]
 
 Then = Literal["previous", "restart", "terminate"]
 """What the main flow does once a digression completes: goes on where it was (``previous``),
 starts over keeping the State (``restart``), or the conversation ends (``terminate``)."""
-Resume = Then  # its former name ("resume" now means picking up a run after a restart)
 _THENS: tuple[Then, ...] = ("previous", "restart", "terminate")
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Digression:
     """A side conversation: its ``name``, the guard that starts it (``when``, checked at each
     turn while the main flow drives), its ``flow``, and what the main flow does ``then``, once
     it completes: ``"previous"`` (go on where it was), ``"restart"`` or ``"terminate"``.
-
-    ``resume=`` is the former name of ``then=`` (it warns: "resume" now means picking up a run
-    after a restart).
     """
 
     name: str
     when: Guard
     flow: Flow
-    then: Then
-
-    def __init__(
-        self,
-        name: str,
-        when: Guard,
-        flow: Flow,
-        then: Then = "previous",
-        *,
-        resume: Then | None = None,
-    ) -> None:
-        if resume is not None:
-            warnings.warn(
-                "Digression(resume=...) is deprecated and goes in the next release; use "
-                "then=... (resume now means picking up a run after a restart)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            then = resume
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "when", when)
-        object.__setattr__(self, "flow", flow)
-        object.__setattr__(self, "then", then)
-        self.__post_init__()
-
-    @property
-    def resume(self) -> Then:
-        """The former name of :attr:`then`."""
-        return self.then
+    then: Then = "previous"
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not self.name:
@@ -121,14 +88,9 @@ class FlowStack:
         when: Guard,
         flow: Flow,
         then: Then = "previous",
-        resume: Then | None = None,
     ) -> FlowStack:
-        """Add a digression (see :class:`Digression`; ``resume=`` is ``then``'s former name);
-        returns the stack."""
-        if resume is None:
-            self._add(Digression(name, when, flow, then))
-        else:
-            self._add(Digression(name, when, flow, resume=resume))
+        """Add a digression (see :class:`Digression`); returns the stack."""
+        self._add(Digression(name, when, flow, then))
         return self
 
     def compile(self, tools: Iterable[str] | None = None) -> FlowStack:

@@ -22,7 +22,6 @@ from ..state.freshness import fresh_for
 from . import signals
 from .actions import Actions, check_actions, send
 from .admission import Admission, Enforcement, Tools, Violation
-from .aliases import RunnerAliases
 from .compiled import compiled
 from .definition import Flow
 from .explain import FlowExplanation
@@ -54,7 +53,7 @@ _SIGNALS = {
 }
 
 
-class FlowRunner(RunnerView, RunnerAliases):
+class FlowRunner(RunnerView):
     """Runs one flow over a State: latches steps, publishes progress, answers tool admission.
 
     Start one with ``session.run_flow(flow)`` (which also fires ``on_enter`` actions and closes

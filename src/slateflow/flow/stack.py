@@ -26,8 +26,7 @@ from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK, Clock
 from ..state import Change, State
 from . import signals
-from .aliases import AdmitAliases
-from .digressions import Digression, FlowStack, Resume, Then
+from .digressions import Digression, FlowStack, Then
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
 from .timing import VoiceTiming
 from .waits import Waits
@@ -41,7 +40,6 @@ __all__ = [
     "TERMINATED_KEY",
     "Digression",
     "FlowStack",
-    "Resume",
     "StackRunner",
     "Then",
 ]
@@ -57,7 +55,7 @@ OVER_KEY = "flow:over"
 words were handed to the model: a voice adapter hangs up on it."""
 
 
-class StackRunner(AdmitAliases):
+class StackRunner:
     """A running :class:`FlowStack`: the session's view of it matches a ``FlowRunner``'s.
 
     ``current`` is the runner speaking now (the active digression's, else the main one);

@@ -6,9 +6,6 @@ call mode (``await resolver.resolve(state)``), dispatch mode (``session.dispatch
 mode (``session.background``).
 """
 
-from importlib import import_module
-from typing import Any
-
 from ..state.freshness import fresh_for, is_fresh
 from .background import (
     AckFormatter,
@@ -31,9 +28,6 @@ from .template import Template
 from .turns import Turn, TurnContext
 from .watchers import Watcher
 
-Dispatch = Run
-"""The handle ``session.dispatch`` returns (the same class as :class:`Run`)."""
-
 __all__ = [
     "CONFLICT_POLICIES",
     "LLM",
@@ -41,7 +35,6 @@ __all__ = [
     "BackgroundResult",
     "Clock",
     "Deliver",
-    "Dispatch",
     "Inbox",
     "LLMRequest",
     "LLMResponse",
@@ -71,15 +64,3 @@ __all__ = [
     "is_fresh",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in ("ToolClaim", "ToolResult"):
-        from ..deprecation import moved
-
-        def load() -> Any:
-            # The deprecated address of names that moved up a layer: resolved by name, for one
-            # release, so this layer does not import the one above it.
-            return getattr(import_module("slateflow.conversation"), name)
-
-        return moved("slateflow.resolve", name, {name: (f"slateflow.conversation.{name}", load)})
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

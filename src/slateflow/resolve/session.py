@@ -32,7 +32,6 @@ from .background import (
     default_result,
 )
 from .clock import SYSTEM_CLOCK, Clock, wait_on
-from .conversation_aliases import ConversationAliases
 from .conversing import Conversing
 from .inbox import DEFAULT_INBOX_LIMIT
 from .loop import SessionLoop, spawn_detached
@@ -58,7 +57,7 @@ __all__ = ["Runnable", "Session"]
 log = logging.getLogger("slateflow.resolve")
 
 
-class Session(RunSlots, Restart, Conversing, ConversationAliases):
+class Session(RunSlots, Restart, Conversing):
     """The runtime for dispatch and background modes: an anyio task group, a clock, the runs.
 
     Use it as ``async with Session(state) as session:``. Inside, ``session.dispatch(resolver)``

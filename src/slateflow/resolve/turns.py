@@ -154,9 +154,7 @@ class Governor(Protocol):
     ``admit(tool, *, record=True)`` is the one way to ask whether a tool may run: an
     :class:`Admitted` with the reason, recording a violation in observe mode unless
     ``record=False`` (a question, not a call), and ``once`` when the tool may succeed only once
-    (``once``, ``commit``), so concurrent calls of it are held one at a time. A governor
-    written before it may offer ``refusal(tool)`` (the reason, or None) instead, for one more
-    release.
+    (``once``, ``commit``), so concurrent calls of it are held one at a time.
     """
 
     def begin_turn(self) -> None: ...
@@ -170,6 +168,7 @@ class Governor(Protocol):
     def known_tools(self) -> list[str]: ...
     def voice_timing(self) -> Any: ...
     def told_marker(self) -> TellMarker | None: ...
+    def admit(self, tool: str, *, record: bool = True) -> Admitted: ...
 
 
 class Closable(Protocol):

@@ -348,7 +348,7 @@ class Engine(Writers):
     ) -> int:
         """Apply validated ``ops`` as one batch: one seq, one journal batch, one signal.
 
-        Every check that depends on the current state happens before the first mutation, so a
+        Every check that depends on the current state happens before the first change, so a
         failure leaves everything as it was. Returns the commit's seq (the current cursor when
         nothing changed).
         """
@@ -570,7 +570,7 @@ class Engine(Writers):
     def add_sink(self, sink: JournalSink) -> None:
         """Feed every later committed batch to ``sink`` as well."""
         if not callable(getattr(sink, "record", None)):
-            raise TypeError(f"{sink!r} is not a journal sink (it needs a record(mutations) method)")
+            raise TypeError(f"{sink!r} is not a journal sink (it needs a record(changes) method)")
         with self.lock:
             self.sinks = (*self.sinks, sink)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import HistoryError
 from ..stores.records import EntryRow
 from .journal import JournalSink
-from .records import Mutation
+from .records import Change
 
 if TYPE_CHECKING:
     from .store import State
@@ -33,8 +33,8 @@ class Journal:
         """The seq of the last committed batch (0 for a new state)."""
         return self._state._engine.seq
 
-    def since(self, cursor: int) -> list[Mutation]:
-        """Every mutation committed after ``cursor``, oldest first.
+    def since(self, cursor: int) -> list[Change]:
+        """Every change committed after ``cursor``, oldest first.
 
         Raises :class:`~slateflow.errors.CursorExpiredError` when the journal ring no longer
         holds all of them (raise ``journal_size`` or attach a sink).

@@ -1,4 +1,4 @@
-"""The journal: a bounded ring of recent mutations, and sinks that receive every committed batch."""
+"""The journal: a bounded ring of recent changes, and sinks that receive every committed batch."""
 
 from __future__ import annotations
 
@@ -11,34 +11,34 @@ from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
 from ..errors import CursorExpiredError
-from .records import Change, Mutation, RawChange
+from .records import Change, RawChange
 
 __all__ = ["JournalSink", "JsonlSink", "MemorySink"]
 
 
 @runtime_checkable
 class JournalSink(Protocol):
-    """Receives every committed batch of mutations, in commit order.
+    """Receives every committed batch of changes, in commit order.
 
     ``record`` is called synchronously inside the commit, so keep it quick. An exception is logged
     and reported on ``state.receiver_failed``; it never fails the write.
     """
 
-    def record(self, mutations: Sequence[Mutation]) -> None: ...
+    def record(self, changes: Sequence[Change]) -> None: ...
 
 
 class MemorySink:
-    """A sink keeping every mutation in a list (``.mutations``); handy in tests and audits."""
+    """A sink keeping every change in a list (``.changes``); handy in tests and audits."""
 
     def __init__(self) -> None:
-        self.mutations: list[Mutation] = []
+        self.changes: list[Change] = []
 
-    def record(self, mutations: Sequence[Mutation]) -> None:
-        self.mutations.extend(mutations)
+    def record(self, changes: Sequence[Change]) -> None:
+        self.changes.extend(changes)
 
 
 class JsonlSink:
-    """A sink appending one JSON object per mutation to a file (JSON lines).
+    """A sink appending one JSON object per change to a file (JSON lines).
 
     Secret values are masked unless ``redact=False``. ``fsync=True`` makes each batch durable
     before the write returns (slow; the SQLite store is the durable path). Close it when done,
@@ -52,9 +52,9 @@ class JsonlSink:
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
 
-    def record(self, mutations: Sequence[Mutation]) -> None:
+    def record(self, changes: Sequence[Change]) -> None:
         lines = "".join(
-            json.dumps(m.to_dict(redact=self.redact), ensure_ascii=False) + "\n" for m in mutations
+            json.dumps(m.to_dict(redact=self.redact), ensure_ascii=False) + "\n" for m in changes
         )
         with self._lock:
             if self._file is None:
@@ -79,7 +79,7 @@ class JsonlSink:
 
 
 class Ring:
-    """The in-memory journal: the last ``size`` mutations, with a cursor over commits.
+    """The in-memory journal: the last ``size`` changes, with a cursor over commits.
 
     Appends are amortised: the deque may hold up to ``size + 64`` records between trims
     (``append`` trims past ``limit``; the state's single-write path trims every 64th commit)
@@ -114,14 +114,14 @@ class Ring:
             records.popleft()
         self.dropped_seq = records.popleft()[4]
 
-    def since(self, cursor: int, head: int) -> list[Mutation]:
+    def since(self, cursor: int, head: int) -> list[Change]:
         """Every record after ``cursor``; ``head`` is the state's newest seq."""
         self.trim()
         if not self.size and cursor < head:
             self.dropped_seq = head
         if cursor < self.dropped_seq:
             raise CursorExpiredError(
-                f"journal cursor {cursor} has expired: mutations up to seq {self.dropped_seq} "
+                f"journal cursor {cursor} has expired: changes up to seq {self.dropped_seq} "
                 f"left the {self.size}-record ring; read more often, raise journal_size, or "
                 "attach a journal sink"
             )

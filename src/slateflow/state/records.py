@@ -1,4 +1,4 @@
-"""Records the state hands out: :class:`Change` (also the journal's mutation) and :class:`Entry`."""
+"""Records the state hands out: :class:`Change` (what the journal records) and :class:`Entry`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .provenance import Provenance, Stamp, ns_to_dt
 from .values import JSON, copy_json
 
-__all__ = ["SECRET_MASK", "Change", "Entry", "Mutation"]
+__all__ = ["SECRET_MASK", "Change", "Entry"]
 
 SECRET_MASK = "***"
 """What a secret value is shown as wherever the state is formatted for people or models."""
@@ -33,7 +33,7 @@ class Change:
     ``"end_turn"``, ...); ``removed``; ``provenance`` and ``at`` of the write.
 
     Changes are immutable and never hand out the stored values themselves; two changes are
-    equal when they record the same commit of the same key. The journal's :data:`Mutation`
+    equal when they record the same commit of the same key. The journal's
     records are the same type.
     """
 
@@ -129,7 +129,6 @@ class Change:
         return hash((raw[0], raw[4], raw[3], raw[6]))
 
 
-Mutation = Change
 """A journal record: the same immutable :class:`Change` delivered to subscribers."""
 
 

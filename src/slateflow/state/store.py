@@ -17,7 +17,6 @@ from ..errors import (
 )
 from ..stores.base import Store
 from .actors import Actor
-from .aliases import StateAliases
 from .engine import Engine, Row
 from .governance import Governance
 from .history import Journal
@@ -49,7 +48,7 @@ _MISSING = MISSING
 _CONTAINERS = (dict, list, Prefix)
 
 
-class State(Governance, Persistence, Reacting, Scopes, StateAliases):
+class State(Governance, Persistence, Reacting, Scopes):
     """The governed blackboard: JSON values under ``:``-separated keys, with versions,
     provenance, schemas, policies, transactions, a journal and change signals.
 

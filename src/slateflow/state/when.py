@@ -95,14 +95,3 @@ def custom(fn: Callable[[Any, Any], bool], description: str | None = None) -> Tr
     """Your own predicate over ``(old, new)``."""
     return Transition(fn, description or f"custom({getattr(fn, '__name__', 'fn')})")
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Trigger":
-        from ..deprecation import moved
-
-        return moved(
-            "slateflow.state.when",
-            name,
-            {name: ("slateflow.state.when.Transition", lambda: Transition)},
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
