@@ -21,7 +21,8 @@ from collections.abc import Callable
 
 from peers import burr_chain
 
-from slateflow import Flow, FlowRunner, State, Step, is_set
+from slateflow import Flow, State, Step, is_set
+from slateflow.flow import FlowRunner
 
 Timing = float
 

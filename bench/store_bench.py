@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slateflow import Flow, FlowRunner, State, Step, is_set
+from slateflow import Flow, State, Step, is_set
+from slateflow.flow import FlowRunner
 
 KEYS = 1000
 
@@ -103,13 +104,13 @@ def bench_recovery(where: Path, commits: int) -> tuple[float, float, float, floa
         t0 = time.perf_counter()
         again = State.open(path)
         times.append(time.perf_counter() - t0)
-        assert again.cursor == commits
+        assert again.journal.cursor == commits
         again.close()
     again = State.open(path)
     t0 = time.perf_counter()
     past = again.journal.at(commits // 2)
     at_seconds = time.perf_counter() - t0
-    assert past.cursor == commits // 2
+    assert past.journal.cursor == commits // 2
     t0 = time.perf_counter()
     again.journal.compact()
     compact_seconds = time.perf_counter() - t0

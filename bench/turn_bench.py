@@ -2,12 +2,12 @@
 
 Run: ``python bench/turn_bench.py`` (add ``--quick`` for a fast smoke run, as CI does).
 
-- ``session.conversation.user_turn(text)`` with no extractor and no flow: the floor (redaction, the
+- ``conversation.user_turn(text)`` with no extractor and no flow: the floor (redaction, the
   transcript, the turn keys, clearing them, an empty context).
 - The same with a recognizer extractor of three fields and a 6-step flow with postures, grounds,
   a repair policy and voice timing: what a voice loop pays per turn between the caller stopping
   and the model's context being ready.
-- ``session.conversation.context_now()`` on that flow (what a loop pays to ask between turns).
+- ``conversation.context_now()`` on that flow (what a loop pays to ask between turns).
 - Redaction alone on a 20-word turn with a card number.
 
 The issue sets no target for turns; a voice loop's budget between end of speech and the model
@@ -24,7 +24,17 @@ from typing import Any
 
 import anyio
 
-from slateflow import Flow, RepairPolicy, Session, State, Step, VoiceTiming, captured, is_true
+from slateflow import (
+    Conversation,
+    Flow,
+    RepairPolicy,
+    Session,
+    State,
+    Step,
+    VoiceTiming,
+    captured,
+    is_true,
+)
 from slateflow.conversation import Extract, datetime, integer_near, redact, true_only, yes_no
 from slateflow.resolve import SystemClock
 
@@ -56,32 +66,34 @@ async def bench_turns(loaded: bool, turns: int) -> float:
     # The real clock, as in production (a ManualClock would let work settle at each turn).
     clock = SystemClock()
     async with Session(State(), clock=clock) as session:
+        conversation = Conversation(session)
         if loaded:
             when = datetime(clock)
-            session.conversation.add_extractor(
+            conversation.add_extractor(
                 Extract("b")
                 .field("date", when.pick("weekday"))
                 .field("size", integer_near(["people"]))
                 .field("ok", yes_no(), true_only())
                 .build()
             )
-            session.run_flow(plan())
-        await session.conversation.user_turn(TEXT)  # warm up
+            conversation.run_flow(plan())
+        await conversation.user_turn(TEXT)  # warm up
         samples = []
         for _ in range(turns):
             start = time.perf_counter()
-            await session.conversation.user_turn(TEXT)
+            await conversation.user_turn(TEXT)
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 
 
 async def bench_context_now(calls: int) -> float:
     async with Session(State()) as session:
-        session.run_flow(plan())
+        conversation = Conversation(session)
+        conversation.run_flow(plan())
         samples = []
         for _ in range(calls):
             start = time.perf_counter()
-            session.conversation.context_now()
+            conversation.context_now()
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 

@@ -29,7 +29,7 @@ def availability(fail: bool) -> Resolver:
     """A fetch resolver standing in for the booking system's HTTP API."""
 
     async def fetch(state: State) -> list[str]:
-        date = state.require("booking:date")
+        date = state["booking:date"]
         await anyio.sleep(0.05)  # the network round trip
         if fail:
             raise TimeoutError(f"booking service timed out for {date}")
@@ -46,7 +46,7 @@ class AddressVerifier:
 
     async def run(self, state: State) -> str:
         await anyio.sleep(0.02)
-        return f"{state.require('caller:address')} is a valid delivery address"
+        return f"{state['caller:address']} is a valid delivery address"
 
 
 def outcome(state: State) -> tuple[str, Any] | None:

@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 
 from slateflow import (
+    Conversation,
     Flow,
-    FlowRunner,
     ManualClock,
     Resolver,
     Session,
@@ -37,6 +37,7 @@ from slateflow import (
     resolved,
     run,
 )
+from slateflow.flow import FlowRunner
 
 
 def availability(clock: ManualClock) -> Resolver:
@@ -44,7 +45,7 @@ def availability(clock: ManualClock) -> Resolver:
 
     async def check(state: State) -> dict[str, Any]:
         await clock.sleep(0.4)
-        wanted = state.require("booking:time")
+        wanted = state["booking:time"]
         if wanted == "19:00":
             return {"open": False, "alternative": "19:30"}
         return {"open": True}
@@ -106,12 +107,13 @@ def booking_flow(lookup: Resolver) -> Flow:
     )
 
 
-def tell_the_model(runner: FlowRunner, say: Any) -> None:
+def tell_the_model(runner: FlowRunner, conversation: Conversation, say: Any) -> None:
     """What the voice loop would put in the model's context this turn."""
     say(f"    active: {', '.join(runner.active_steps) or 'none'}")
-    for line in runner.postures() + runner.grounds():
+    brief = runner.brief()
+    for line in brief.postures + brief.grounds:
         say(f"    model is told: {line}")
-    for result in runner.take_deliveries():
+    for result in conversation.take_deliveries():
         say(f"    delivered ({result.scheduling.value}): {result.response}")
 
 
@@ -132,9 +134,10 @@ async def main(say: Any = print) -> State:
     clock = ManualClock()
     flow = booking_flow(availability(clock)).compile(tools=["book_table", "transfer_to_human"])
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        conversation = Conversation(session)  # where the flow's background results wait
+        runner = conversation.run_flow(flow)
         say("agent: Hello! What can I book for you?")
-        tell_the_model(runner, say)
+        tell_the_model(runner, conversation, say)
 
         say('caller: "A table on Saturday at seven."')
         # The extractor writes the slots it recognised; the flow moves on by itself.
@@ -145,12 +148,12 @@ async def main(say: Any = print) -> State:
             confidence=0.9,
         )
         await runner.on_turn()
-        tell_the_model(runner, say)
+        tell_the_model(runner, conversation, say)
         try_tool(runner, "book_table", say)  # too early: nothing is confirmed
 
         await clock.advance(0.4)  # the booking system answers
         await runner.wait_for_step("offer")
-        tell_the_model(runner, say)
+        tell_the_model(runner, conversation, say)
 
         say('caller: "Half past seven works."')
         state.update(
@@ -159,12 +162,12 @@ async def main(say: Any = print) -> State:
             writer="slots",
         )
         await runner.on_turn()
-        tell_the_model(runner, say)
+        tell_the_model(runner, conversation, say)
 
         say('caller: "Yes, that is right."')
         state.set("booking:confirmed", True, source="extraction", writer="yes_no")
         await runner.on_turn()
-        tell_the_model(runner, say)
+        tell_the_model(runner, conversation, say)
         try_tool(runner, "book_table", say)
         try_tool(runner, "book_table", say)  # a second booking is refused
         await runner.wait_complete()

@@ -1,11 +1,11 @@
 """A whole voice call, turn by turn: ``python examples/voice_call.py`` (``--trio`` for trio).
 
 What a voice loop (pipecat, LiveKit, a Gemini Live or OpenAI Realtime loop) does with
-slateflow, through the session's :class:`~slateflow.conversation.Call`: each time the caller
-finishes speaking it calls ``await call.user_turn(text)`` and puts ``context.prompt`` in front
-of the model (building the next context counts this one as handed over); it asks
-``call.admit(tool)`` before a tool runs and reports ``await call.tool_ok(tool)`` after; it tells
-the call when the caller talks over the agent
+slateflow, through a :class:`~slateflow.Conversation` over the session: each time the caller
+finishes speaking it calls ``await conversation.user_turn(text)`` and puts ``context.prompt``
+in front of the model (building the next context counts this one as handed over); it asks
+``conversation.admit(tool)`` before a tool runs and reports ``await conversation.tool_ok(tool)``
+after; it tells the conversation when the caller talks over the agent
 (``begin_interruption`` / ``end_interruption``), and speaks what ``on_delivery`` hands it. It
 reads ``session:voice_timing`` for the pacing.
 
@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from slateflow import (
+    Conversation,
     Digression,
     Flow,
     FlowStack,
@@ -49,6 +50,7 @@ from slateflow import (
 from slateflow.conversation import (
     Extract,
     Extractor,
+    TurnContext,
     datetime,
     integer_near,
     one_of,
@@ -56,7 +58,7 @@ from slateflow.conversation import (
     true_only,
     yes_no,
 )
-from slateflow.resolve import BackgroundResult, TurnContext
+from slateflow.resolve import BackgroundResult
 
 TOOLS = ["book_table", "transfer_to_human"]
 
@@ -66,7 +68,7 @@ def availability(clock: ManualClock) -> Resolver:
 
     async def check(state: State) -> dict[str, Any]:
         await clock.sleep(0.8)
-        return {"open": state.require("booking:time") == "19:00"}
+        return {"open": state["booking:time"] == "19:00"}
 
     return Resolver.fetch("availability", check, reads=["booking:time"])
 
@@ -176,29 +178,30 @@ async def call(clock: ManualClock, lines: list[str], say: Any) -> tuple[State, S
         for line in context.lines:
             say(f"    model is told: {line}")
 
-    async with Session(state, clock=clock, tools=TOOLS, on_delivery=speak_now) as session:
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, tools=TOOLS, on_delivery=speak_now)
         for extractor in extractors(clock):
-            session.conversation.add_extractor(extractor)
-        stack = session.run_flow(FlowStack(booking_flow(), side_flows()))
+            conversation.add_extractor(extractor)
+        stack = conversation.run_flow(FlowStack(booking_flow(), side_flows()))
         for line in lines:
             if line == "<interrupt>":
                 say("  (the caller talks over the agent)")
-                session.conversation.begin_interruption()
+                conversation.begin_interruption()
                 await clock.advance(1.0)
                 say(f"    flow moved on meanwhile: active {stack.active_steps}")
-                session.conversation.end_interruption()  # their words come next, as a turn
+                conversation.end_interruption()  # their words come next, as a turn
                 continue
             if line.startswith("<tool "):
                 tool = line[6:-1]
-                admission = session.conversation.admit(tool)
+                admission = conversation.admit(tool)
                 if admission:
                     say(f"  model calls {tool}: it runs")
-                    await session.conversation.tool_ok(tool)
+                    await conversation.tool_ok(tool)
                 else:
                     say(f"  model calls {tool}: refused: {admission.reason}")
                 continue
             say(f'caller: "{line}"')
-            context = await session.conversation.user_turn(line)
+            context = await conversation.user_turn(line)
             if context.turn.text != line:
                 say(f'    transcript: "{context.turn.text}"')
             if stack.overlay:

@@ -105,7 +105,7 @@ async def _drive(db: str, effects_path: str, acks_path: str, durability: Durabil
     state = State.open(db, durability=durability)
     try:
         async with Session(state) as session:
-            runner = session.run_flow(booking(effects))
+            runner = booking(effects).start(session)
             for i in ANSWERED:
                 await runner.wait_for_step(f"s{i}")
                 key = user_key(i)
@@ -113,7 +113,7 @@ async def _drive(db: str, effects_path: str, acks_path: str, durability: Durabil
                     state.set(key, True)
                     if durability != "sync":
                         state.flush()
-                    _ack(fd, state.cursor, key)
+                    _ack(fd, state.journal.cursor, key)
             await runner.wait_complete()
             await session.wait_idle()
         state.flush()
@@ -191,7 +191,7 @@ def check_crashed(db: Path, acks: Path, effects: Path) -> set[str]:
     state = State.open(db)
     try:
         for seq, key in acknowledged(acks):
-            assert state.cursor >= seq, f"acknowledged commit {seq} ({key}) was lost"
+            assert state.journal.cursor >= seq, f"acknowledged commit {seq} ({key}) was lost"
             assert state.get(key) is True, f"acknowledged write of {key!r} was lost"
         finished = set()
         for i in RESOLVED:

@@ -28,7 +28,7 @@ def fingerprint(state: State) -> tuple[Any, ...]:
         json.dumps(state.snapshot(), allow_nan=False),
         state.keys(),
         len(state),
-        state.cursor,
+        state.journal.cursor,
         [m.to_dict(redact=False) for m in state.journal.since(0)],
     )
 
@@ -36,7 +36,7 @@ def fingerprint(state: State) -> tuple[Any, ...]:
 def committed_view(state: State) -> tuple[dict[str, Any], int, list[Any]]:
     """The committed state (values, versions, provenance), cursor and journal; unlike
     :func:`fingerprint` it reads nothing through an open transaction."""
-    return state.snapshot(), state.cursor, state.journal.since(0)
+    return state.snapshot(), state.journal.cursor, state.journal.since(0)
 
 
 THREADS = 8
@@ -66,8 +66,8 @@ def run_threads(target: Callable[[int], Any], n: int = THREADS) -> list[Any]:
     return results
 
 
-def refusal(session: Any, tool: str) -> str | None:
-    """Why the session's flows refuse ``tool`` now (None when they admit it, as observe mode
-    always does): ``call.admit(tool, record=False)`` read as a refusal."""
-    claim = session.conversation.admit(tool, record=False)
+def refusal(conversation: Any, tool: str) -> str | None:
+    """Why the conversation's flows refuse ``tool`` now (None when they admit it, as observe
+    mode always does): ``conversation.admit(tool, record=False)`` read as a refusal."""
+    claim = conversation.admit(tool, record=False)
     return None if claim.allowed else str(claim.reason)

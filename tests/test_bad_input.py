@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from helpers import fingerprint
 from slateflow import Key, State
+from slateflow.conversation import end_turn
 from slateflow.errors import (
     InvalidKeyError,
     KeyExistsError,
@@ -27,7 +28,7 @@ from slateflow.errors import (
     StateValueError,
     VersionConflictError,
 )
-from slateflow.state import end_turn
+from slateflow.state import ReadOnlyView, ScopedView
 
 Op = Callable[[State], object]
 
@@ -510,21 +511,31 @@ def test_policy_violations(case: Case) -> None:
 # -- scoped views ----------------------------------------------------------------------------
 
 
+def Sv(state: State, scope: str) -> ScopedView:
+    return ScopedView(state, scope)
+
+
+def Ro(state: State) -> ReadOnlyView:
+    return ReadOnlyView(state, "derived")
+
+
 @cases(
-    Case("bad_key", lambda s: s.user.set("bad key", 1), InvalidKeyError, "user:bad key"),
-    Case("empty_key", lambda s: s.session.set("", 1), InvalidKeyError, "session:"),
-    Case("bad_value", lambda s: s.user.set("tags", {"a", "b"}), StateValueError, "user:tags"),
-    Case("update_bad_value", lambda s: s.turn.update({"ok": 1, "bad": (1,)}),
+    Case("bad_key", lambda s: Sv(s, "user").set("bad key", 1), InvalidKeyError, "user:bad key"),
+    Case("empty_key", lambda s: Sv(s, "session").set("", 1), InvalidKeyError, "session:"),
+    Case("bad_value", lambda s: Sv(s, "user").set("tags", {"a", "b"}), StateValueError,
+         "user:tags"),
+    Case("update_bad_value", lambda s: Sv(s, "turn").update({"ok": 1, "bad": (1,)}),
          StateValueError, "turn:bad"),
-    Case("remove_missing", lambda s: s.app.remove("missing"), MissingKeyError, "app:missing"),
-    Case("version", lambda s: s.user.set("name", "Bo", expected_version=3),
+    Case("remove_missing", lambda s: Sv(s, "app").remove("missing"), MissingKeyError,
+         "app:missing"),
+    Case("version", lambda s: Sv(s, "user").set("name", "Bo", expected_version=3),
          VersionConflictError, "user:name"),
-    Case("derived_set", lambda s: s.derived.set("total", 13), ReadOnlyError, "total"),
-    Case("derived_set_new", lambda s: s.derived.set("average", 1), ReadOnlyError, "average"),
-    Case("derived_update", lambda s: s.derived.update({"total": 13}), ReadOnlyError, "total"),
-    Case("derived_modify", lambda s: s.derived.modify("total", 0, lambda v: v),
+    Case("derived_set", lambda s: Ro(s).set("total", 13), ReadOnlyError, "total"),
+    Case("derived_set_new", lambda s: Ro(s).set("average", 1), ReadOnlyError, "average"),
+    Case("derived_update", lambda s: Ro(s).update({"total": 13}), ReadOnlyError, "total"),
+    Case("derived_modify", lambda s: Ro(s).modify("total", 0, lambda v: v),
          ReadOnlyError, "total"),
-    Case("derived_remove", lambda s: s.derived.remove("total"), ReadOnlyError, "total"),
+    Case("derived_remove", lambda s: Ro(s).remove("total"), ReadOnlyError, "total"),
 )  # fmt: skip
 def test_scoped_view_errors(case: Case) -> None:
     run(case)
@@ -533,7 +544,7 @@ def test_scoped_view_errors(case: Case) -> None:
 def test_derived_clear_is_refused() -> None:
     state = populated()
     with untouched(state), pytest.raises(ReadOnlyError):
-        state.derived.clear()
+        ReadOnlyView(state, "derived").clear()
 
 
 # -- the checker itself --------------------------------------------------------------------

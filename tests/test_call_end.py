@@ -10,6 +10,7 @@ import pytest
 
 from booking import booking as shared_booking
 from slateflow import (
+    Conversation,
     Digression,
     Flow,
     FlowStack,
@@ -35,17 +36,18 @@ def stack() -> FlowStack:
     return FlowStack(booking(), [Digression("cancel", is_true("turn:cancel"), cancel, "terminate")])
 
 
-async def terminated(session: Session, **options: Any) -> Any:
-    runner = session.run_flow(stack(), **options)
-    session.state.set("turn:cancel", True)
-    ctx = await session.conversation.user_turn("cancel it")
+async def terminated(conversation: Conversation, **options: Any) -> Any:
+    runner = conversation.run_flow(stack(), **options)
+    conversation.state.set("turn:cancel", True)
+    ctx = await conversation.user_turn("cancel it")
     return runner, ctx
 
 
 async def test_after_termination_explain_shows_no_active_step_and_every_tool_refused() -> None:
-    async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
-        runner, _ = await terminated(session)
-        await session.conversation.user_turn("bye")
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner, _ = await terminated(conversation)
+        await conversation.user_turn("bye")
         why = runner.explain()
         assert why.terminated == "cancel"
         assert why.active == ()
@@ -57,8 +59,9 @@ async def test_after_termination_explain_shows_no_active_step_and_every_tool_ref
 
 
 async def test_in_observe_mode_a_tool_called_after_the_end_is_recorded_as_a_violation() -> None:
-    async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
-        runner, _ = await terminated(session, enforcement="observe")
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner, _ = await terminated(conversation, enforcement="observe")
         admission = runner.admit("book_table")
         assert admission.allowed
         assert admission.violation
@@ -75,8 +78,9 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
 
     signals.flow_over.connect(hang_up)
     try:
-        async with Session(State(), clock=ManualClock(), tools=TOOLS) as session:
-            runner, goodbye = await terminated(session)
+        async with Session(State(), clock=ManualClock()) as session:
+            conversation = Conversation(session, tools=TOOLS)
+            runner, goodbye = await terminated(conversation)
             assert runner.is_terminated  # already true on the goodbye turn ...
             assert not runner.is_over  # ... but the goodbye has not reached the model
             assert session.state.get(OVER_KEY) is False
@@ -92,15 +96,16 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
 async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(booking())
+        conversation = Conversation(session)
+        runner = conversation.run_flow(booking())
         state.update({"b:size": 2, "b:booked": True})
         assert runner.is_complete
         assert not runner.is_over
-        closing = session.conversation.context_now()
+        closing = conversation.context_now()
         assert closing.postures == ("Thank them and say goodbye.",)
         closing.dropped()  # the caller talked over it: not over yet
         assert not runner.is_over
-        session.conversation.context_now().handed_over()
+        conversation.context_now().handed_over()
         assert runner.is_over
         assert state.get("flow:booking:over") is True
 
@@ -108,11 +113,12 @@ async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> 
 async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack())
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack())
         state.update({"b:size": 2, "b:booked": True})
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         assert runner.is_complete
         assert not runner.is_over
-        await session.conversation.user_turn("bye")  # the last context was used
+        await conversation.user_turn("bye")  # the last context was used
         assert runner.is_over
         assert state.get(OVER_KEY) is True

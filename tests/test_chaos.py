@@ -619,14 +619,14 @@ class Harness:
         assert status == last.run.status, (name, status, last)
         outcomes = [r for r in order if r.run.status in ("done", "error")]
         if not outcomes:
-            assert not state.contains(f"{name}:result")
-            assert not state.contains(f"{name}:error")
+            assert f"{name}:result" not in state
+            assert f"{name}:error" not in state
             return
         final = outcomes[-1]
         run = final.run
         if run.status == "done":
             assert state.get(f"{name}:result") == run.value, (name, final)
-            assert not state.contains(f"{name}:error")
+            assert f"{name}:error" not in state
             prov = state.provenance(f"{name}:result")
             assert prov is not None
             assert prov.writer == name
@@ -634,7 +634,7 @@ class Harness:
             assert prov.meta["mode"] == ("background" if final.op.background else "dispatch")
         else:
             assert state.get(f"{name}:error") == run.error, (name, final)
-            assert not state.contains(f"{name}:result")
+            assert f"{name}:result" not in state
             prov = state.provenance(f"{name}:error")
             assert prov is not None
             assert prov.writer == name

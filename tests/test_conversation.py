@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slateflow import Flow, FlowRunner, ManualClock, State, Step, captured
+from slateflow import Flow, ManualClock, State, Step, captured
 from slateflow.conversation import (
     Extract,
     datetime,
@@ -29,6 +29,7 @@ from slateflow.conversation import (
     yes_no,
 )
 from slateflow.errors import ExtractDefinitionError
+from slateflow.flow import FlowRunner
 
 THURSDAY = ManualClock()  # 2026-01-01 00:00 UTC, a Thursday
 
@@ -252,10 +253,10 @@ def test_a_voice_style_sequence_of_turns() -> None:
     assert prov is not None
     assert (prov.source, prov.writer, prov.confidence) == ("extraction", "booking", 0.85)
 
-    cursor = state.cursor
+    cursor = state.journal.cursor
     too_many = extractor.extract(state, "actually twenty people")
     assert [d.reason for d in too_many.decisions] == ["validation: at most 12 people"]
-    assert state.cursor == cursor  # nothing written
+    assert state.journal.cursor == cursor  # nothing written
 
     extractor.extract(state, "make it five of us")
     assert state.get("booking:party_size") == 5

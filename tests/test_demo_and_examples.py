@@ -118,7 +118,7 @@ def test_demo_runs_from_the_command_line() -> None:
             "first, 'booking:confirmed' must be true. Available now: transfer_to_human.",
             ">> step 'check' done",
             ">> step 'offer' entered",
-            "the model is idle, so it is told now (call.context_now()):",
+            "the model is idle, so it is told now (conversation.context_now()):",
             "the model is told: Free instead: 19:30.",
             "the model is told: Background result (when_idle) from availability: "
             '{"resolver": "availability", "result": {"alternative": "19:30", "open": false}, '

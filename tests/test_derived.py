@@ -7,7 +7,7 @@ import pytest
 
 from slateflow import State
 from slateflow.errors import ReadOnlyError, UsageError
-from slateflow.state import Derived
+from slateflow.state import Derived, ReadOnlyView
 
 
 def test_a_derived_value_is_computed_at_once_and_recomputed_when_an_input_changes() -> None:
@@ -34,9 +34,9 @@ def test_derived_keys_are_read_only_through_their_view_and_say_who_computes_them
     state = State()
     state.set("x", 1)
     Derived(state, "double", lambda s: s.get("x") * 2, reads=["x"])
-    assert state.derived.get("double") == 2
+    assert ReadOnlyView(state, "derived").get("double") == 2
     with pytest.raises(ReadOnlyError, match=r"computed by Derived\(state"):
-        state.derived.set("double", 3)
+        ReadOnlyView(state, "derived").set("double", 3)
 
 
 def test_a_failing_computation_is_reported_and_keeps_the_last_value() -> None:

@@ -1,5 +1,5 @@
 """FlowStack digressions, repair policies and voice timing, driven turn by turn through a
-Session (``session.conversation.user_turn``), as a voice loop drives them."""
+Session (``conversation.user_turn``), as a voice loop drives them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from helpers import refusal
 from slateflow import (
+    Conversation,
     Digression,
     Flow,
     FlowStack,
@@ -74,12 +75,13 @@ def stack(*digressions: Digression, on_enter: Any = None) -> FlowStack:
 async def test_a_digression_suspends_the_main_flow_and_resumes_it_where_it_was() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
         assert isinstance(runner, StackRunner)
         assert state.get("flow:overlay") is None
         assert state.get("flow:terminated") is False
         state.set("ask:faq", True)
-        ctx = await session.conversation.user_turn("what are your hours?")
+        ctx = await conversation.user_turn("what are your hours?")
         assert runner.overlay == "faq"
         assert state.get("flow:overlay") == "faq"
         assert ctx.postures == ("Answer the question.",)
@@ -88,10 +90,10 @@ async def test_a_digression_suspends_the_main_flow_and_resumes_it_where_it_was()
         assert runner.main.active_steps == ["a"]
         assert runner.main.done_steps == []
         state.update({"faq:answered": True, "ask:faq": False})
-        ctx = await session.conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("thanks")
         assert runner.overlay == "faq"  # its closing turn: its last words are said
         assert ctx.postures == ("Offer to go back.",)
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert runner.overlay is None
         assert state.get("flow:overlay") is None
         assert runner.main.done_steps == ["a"]  # caught up on "a" when it resumed
@@ -110,19 +112,20 @@ async def test_restart_starts_the_main_flow_over_keeping_the_state(known: bool) 
 
     again = Digression("again", is_true("ask:again"), one_step("again", "Start over."), "restart")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
             stack(again, on_enter=run(Resolver.function("count", count), "dispatch"))
         )
         await session.wait_idle()
         assert calls == [1]
         if known:
             state.set("a", True)
-            await session.conversation.user_turn("a done")
+            await conversation.user_turn("a done")
             assert runner.main.active_steps == ["b"]
         state.set("ask:again", True)
-        await session.conversation.user_turn("start over")
+        await conversation.user_turn("start over")
         state.set("ask:again", False)
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert runner.history[-1] == (3 if known else 2, "again", "restarted")
         await session.wait_idle()
         if known:
@@ -142,10 +145,11 @@ async def test_terminate_ends_the_conversation_and_refuses_every_tool() -> None:
     cancel = Digression(
         "cancel", is_true("ask:cancel"), one_step("bye", "Say goodbye."), "terminate"
     )
-    async with Session(state, clock=ManualClock(), tools=["pay", "transfer"]) as session:
-        runner = session.run_flow(stack(cancel))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=["pay", "transfer"])
+        runner = conversation.run_flow(stack(cancel))
         state.set("ask:cancel", True)
-        ctx = await session.conversation.user_turn("cancel it")
+        ctx = await conversation.user_turn("cancel it")
         reason = "The conversation has ended: digression 'cancel' terminated it."
         assert ctx.postures == ("Say goodbye.",)  # the closing words are still said
         assert state.get("flow:terminated") is True
@@ -153,11 +157,11 @@ async def test_terminate_ends_the_conversation_and_refuses_every_tool() -> None:
         assert runner.is_complete
         assert ctx.tools == ()
         assert ctx.refused == {"pay": reason, "transfer": reason}
-        assert refusal(session, "transfer") == reason
+        assert refusal(conversation, "transfer") == reason
         admission = runner.admit("transfer")
         assert not admission.allowed
         assert admission.reason == reason
-        ctx = await session.conversation.user_turn("bye")
+        ctx = await conversation.user_turn("bye")
         assert ctx.postures == ()
         assert ctx.unmet == ()
         assert runner.active_steps == []
@@ -170,9 +174,10 @@ async def test_terminate_in_observe_mode_admits_with_a_violation() -> None:
     state = State()
     cancel = Digression("cancel", is_true("stop"), one_step("bye", "Bye."), "terminate")
     async with Session(state) as session:
-        runner = session.run_flow(stack(cancel), enforcement=Enforcement.OBSERVE)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack(cancel), enforcement=Enforcement.OBSERVE)
         state.set("stop", True)
-        await session.conversation.user_turn("stop")
+        await conversation.user_turn("stop")
         admission = runner.admit("pay")
         assert admission.allowed
         assert admission.violation
@@ -181,18 +186,19 @@ async def test_terminate_in_observe_mode_admits_with_a_violation() -> None:
 
 async def test_the_main_flow_s_constraints_bind_during_a_digression() -> None:
     state = State()
-    async with Session(state, tools=["pay"]) as session:
-        runner = session.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["pay"])
+        runner = conversation.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
         state.set("ask:faq", True)
-        ctx = await session.conversation.user_turn("question")
+        ctx = await conversation.user_turn("question")
         assert runner.overlay == "faq"
         assert "pay" in ctx.refused  # commit("pay", until=b) holds in the digression too
         assert "'b' must be true" in ctx.refused["pay"]
         state.set("b", True)
-        assert refusal(session, "pay") is None
-        await session.conversation.tool_ok("pay")  # during the digression ...
+        assert refusal(conversation, "pay") is None
+        await conversation.tool_ok("pay")  # during the digression ...
         assert runner.main.marking.tools_ok == {"pay": 1}  # ... counted for the main flow
-        assert "may run only once" in (refusal(session, "pay") or "")
+        assert "may run only once" in (refusal(conversation, "pay") or "")
 
 
 async def test_one_level_deep_and_the_first_trigger_wins() -> None:
@@ -200,11 +206,12 @@ async def test_one_level_deep_and_the_first_trigger_wins() -> None:
     first = Digression("first", is_true("x"), faq_flow("first"))
     second = Digression("second", is_true("x"), faq_flow("second"))
     async with Session(state) as session:
-        runner = session.run_flow(stack(first, second))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack(first, second))
         state.set("x", True)
-        await session.conversation.user_turn("x")
+        await conversation.user_turn("x")
         assert runner.overlay == "first"
-        await session.conversation.user_turn("again")  # "second" also holds, but one level deep
+        await conversation.user_turn("again")  # "second" also holds, but one level deep
         assert runner.overlay == "first"
         assert [h[1] for h in runner.history] == ["first"]
 
@@ -213,17 +220,18 @@ async def test_a_digression_complete_on_entry_is_spoken_then_left() -> None:
     state = State()
     quick = Digression("hours", is_set("turn:hours"), one_step("hours", "We open at 9."))
     async with Session(state) as session:
-        runner = session.run_flow(stack(quick))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack(quick))
         state.set("turn:hours", True)
-        ctx = await session.conversation.user_turn("when do you open?")
+        ctx = await conversation.user_turn("when do you open?")
         assert ctx.postures == ("We open at 9.",)
-        assert not state.contains("turn:hours")  # a turn key: gone after the turn
-        ctx = await session.conversation.user_turn("ok")
+        assert "turn:hours" not in state  # a turn key: gone after the turn
+        ctx = await conversation.user_turn("ok")
         assert runner.overlay is None
         assert ctx.postures == ("Do A.",)
         # Entered again later in the same call: a fresh runner for it.
         state.set("turn:hours", True)
-        ctx = await session.conversation.user_turn("sorry, when?")
+        ctx = await conversation.user_turn("sorry, when?")
         assert ctx.postures == ("We open at 9.",)
         assert [h[2] for h in runner.history] == ["entered", "resumed", "entered"]
 
@@ -276,18 +284,19 @@ def stuck_flow(**policy: Any) -> Flow:
 async def test_reprompt_then_escalate_to_a_step() -> None:
     state = State()
     async with Session(state) as session:
-        runner = session.run_flow(
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
             stuck_flow(reprompt_after=2, escalate_after=3, escalate_to="handoff", flag="human")
         )
         assert runner.active_steps == ["ask"]  # the target is not active before escalation
-        ctx = await session.conversation.user_turn("uh")
+        ctx = await conversation.user_turn("uh")
         assert ctx.reprompts == ()
         assert not state.get("repair:ask:reprompt", False)
-        ctx = await session.conversation.user_turn("what")
+        ctx = await conversation.user_turn("what")
         assert ctx.reprompts == ("Ask again, shorter.",)
         assert state.get("repair:ask:reprompt") is True
         assert state.get("repair:ask:escalate", False) is False
-        ctx = await session.conversation.user_turn("dunno")
+        ctx = await conversation.user_turn("dunno")
         assert state.get("repair:ask:escalate") is True
         assert state.get("human") is True
         assert runner.done_steps == ["ask", "handoff"]  # "next" was not entered
@@ -298,30 +307,32 @@ async def test_reprompt_then_escalate_to_a_step() -> None:
 async def test_answering_in_time_clears_the_reprompt_and_never_escalates() -> None:
     state = State()
     async with Session(state) as session:
-        runner = session.run_flow(
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
             stuck_flow(reprompt_after=1, escalate_after=3, escalate_to="handoff")
         )
-        ctx = await session.conversation.user_turn("uh")
+        ctx = await conversation.user_turn("uh")
         assert ctx.reprompts == ("Ask again, shorter.",)
         state.set("size", 4)
-        ctx = await session.conversation.user_turn("four")
+        ctx = await conversation.user_turn("four")
         assert runner.done_steps == ["ask", "next"]
         assert state.get("repair:ask:reprompt") is False
         assert state.get("repair:ask:escalate", False) is False
         for _ in range(5):
-            await session.conversation.user_turn("more")
+            await conversation.user_turn("more")
         assert runner.done_steps == ["ask", "next"]
 
 
 async def test_tool_calls_do_not_count_as_turns() -> None:
     state = State()
     async with Session(state) as session:
-        session.run_flow(stuck_flow(reprompt_after=2, escalate_after=2))
-        await session.conversation.user_turn("uh")
+        conversation = Conversation(session)
+        conversation.run_flow(stuck_flow(reprompt_after=2, escalate_after=2))
+        await conversation.user_turn("uh")
         for _ in range(5):
-            await session.conversation.tool_ok("lookup")
+            await conversation.tool_ok("lookup")
         assert not state.get("repair:ask:reprompt", False)
-        await session.conversation.user_turn("hm")
+        await conversation.user_turn("hm")
         assert state.get("repair:ask:reprompt") is True
         assert state.get("repair:ask:escalate") is True
 
@@ -329,8 +340,9 @@ async def test_tool_calls_do_not_count_as_turns() -> None:
 async def test_default_reprompt_text() -> None:
     flow = Flow("d", [Step("q", done=is_set("x"), repair=RepairPolicy(reprompt_after=1))])
     async with Session(State()) as session:
-        session.run_flow(flow)
-        ctx = await session.conversation.user_turn("...")
+        conversation = Conversation(session)
+        conversation.run_flow(flow)
+        ctx = await conversation.user_turn("...")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
 
 
@@ -350,13 +362,14 @@ async def test_a_reset_clears_the_repair_state() -> None:
         constraints=[reset("ask").when(is_true("again"))],
     )
     async with Session(state) as session:
-        runner = session.run_flow(flow)
-        await session.conversation.user_turn("uh")
-        await session.conversation.user_turn("uh")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
+        await conversation.user_turn("uh")
+        await conversation.user_turn("uh")
         assert runner.done_steps == ["ask", "human"]
         state.set("again", True)  # start the question over
         assert runner.active_steps == ["ask"]  # re-opened, not re-completed by the escalation
-        await session.conversation.user_turn("hm")
+        await conversation.user_turn("hm")
         assert state.get("repair:ask:escalate") is False
         assert state.get("repair:ask:reprompt") is True  # counting from one again
 
@@ -404,7 +417,8 @@ def test_a_stuck_step_ends_one_way_and_reprompts_when_due(
     async def main() -> None:
         state = State()
         async with Session(state) as session:
-            runner = session.run_flow(
+            conversation = Conversation(session)
+            runner = conversation.run_flow(
                 stuck_flow(reprompt_after=reprompt, escalate_after=escalate, escalate_to="handoff")
             )
             stuck = 0
@@ -412,7 +426,7 @@ def test_a_stuck_step_ends_one_way_and_reprompts_when_due(
                 if turn == "answer" and runner.active_steps == ["ask"]:
                     state.set("size", 1)
                 was_active = runner.active_steps == ["ask"]
-                await session.conversation.user_turn(turn)
+                await conversation.user_turn(turn)
                 if was_active and runner.active_steps == ["ask"]:
                     stuck += 1
                 active = runner.active_steps == ["ask"]
@@ -468,7 +482,8 @@ async def test_timing_switches_with_the_speaking_layer() -> None:
     faq = Flow("faq", [Step("q", done=is_true("q"), timing=VoiceTiming(interruptible=False))])
     bye = Flow("bye", [Step("x", terminal=True)])
     async with Session(state) as session:
-        session.run_flow(
+        conversation = Conversation(session)
+        conversation.run_flow(
             FlowStack(
                 main,
                 [
@@ -477,19 +492,19 @@ async def test_timing_switches_with_the_speaking_layer() -> None:
                 ],
             )
         )
-        await session.conversation.user_turn("hi")
+        await conversation.user_turn("hi")
         assert state.get("session:voice_timing") == {"end_of_speech_ms": 700}
         state.set("ask", True)
-        await session.conversation.user_turn("question")
+        await conversation.user_turn("question")
         assert state.get("session:voice_timing") == {"interruptible": False}
         state.update({"q": True, "ask": False})
-        await session.conversation.user_turn("thanks")  # the closing turn: nothing active in faq
-        assert not state.contains("session:voice_timing")
-        await session.conversation.user_turn("back")
+        await conversation.user_turn("thanks")  # the closing turn: nothing active in faq
+        assert "session:voice_timing" not in state
+        await conversation.user_turn("back")
         assert state.get("session:voice_timing") == {"end_of_speech_ms": 700}
         state.set("stop", True)
-        await session.conversation.user_turn("stop")
-        assert not state.contains("session:voice_timing")
+        await conversation.user_turn("stop")
+        assert "session:voice_timing" not in state
 
 
 async def test_done_guards_see_digression_free_markings() -> None:
@@ -503,10 +518,11 @@ async def test_done_guards_see_digression_free_markings() -> None:
         ],
     )
     async with Session(state) as session:
-        runner = session.run_flow(FlowStack(main, [Digression("d", is_true("d"), faq_flow())]))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(main, [Digression("d", is_true("d"), faq_flow())]))
         state.set("d", True)
-        await session.conversation.user_turn("x")
+        await conversation.user_turn("x")
         state.update({"a": True, "d": False, "faq:answered": True})
-        await session.conversation.user_turn("y")
-        await session.conversation.user_turn("z")
+        await conversation.user_turn("y")
+        await conversation.user_turn("z")
         assert runner.active_steps == ["b"]

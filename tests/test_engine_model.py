@@ -102,7 +102,7 @@ ops = st.one_of(
 def apply(state: State, model: Model, op: tuple[Any, ...], store: MemoryStore) -> State:
     kind = op[0]
     expected: list[tuple[str, Any, int]]
-    before = state.cursor
+    before = state.journal.cursor
     if kind == "twins":
         _, key, (first, second) = op
         state = apply(state, model, ("set", key, first), store)
@@ -152,14 +152,14 @@ def apply(state: State, model: Model, op: tuple[Any, ...], store: MemoryStore) -
             pass
     else:  # recover: a new State from the store holds exactly what the old one did
         recovered = State(store=store)
-        assert recovered.cursor == state.cursor
+        assert recovered.journal.cursor == state.journal.cursor
         return recovered
     if expected:
-        assert state.cursor == before + 1, op
+        assert state.journal.cursor == before + 1, op
         got = [(c.key, c.new, c.version) for c in state.journal.since(before)]
         assert [(k, tagged(v), n) for k, v, n in got] == [(k, tagged(v), n) for k, v, n in expected]
     else:
-        assert state.cursor == before
+        assert state.journal.cursor == before
     return state
 
 
@@ -172,7 +172,7 @@ def check(state: State, model: Model) -> None:
     for key, (value, version) in model.entries.items():
         assert tagged(state.get(key)) == tagged(value), key
         assert state.version(key) == version, key
-    assert state.cursor == model.seq
+    assert state.journal.cursor == model.seq
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -211,12 +211,12 @@ def test_a_store_that_decides_the_seq_is_followed_by_state_journal_and_receivers
     state.subscribe(lambda changes: seen.extend(c.seq for c in changes), keys=["a"])
     state.set("a", 1)
     state.update({"a": 2, "b": 3})
-    assert state.cursor == 20
+    assert state.journal.cursor == 20
     assert state.entry("a").seq == 20  # type: ignore[union-attr]
     assert [c.seq for c in state.journal.since(0)] == [10, 20, 20]
     assert seen == [10, 20]
     assert state.set("c", 4) == 1
-    assert state.cursor == 30
+    assert state.journal.cursor == 30
 
 
 def test_a_replica_refuses_a_commit_that_does_not_follow_its_cursor() -> None:
@@ -229,7 +229,7 @@ def test_a_replica_refuses_a_commit_that_does_not_follow_its_cursor() -> None:
     commits = list(store.commits())
     with pytest.raises(StoreCorruptError, match="does not follow seq 0"):
         replica.engine.apply(commits[1])
-    assert replica.cursor == 0
+    assert replica.journal.cursor == 0
     assert "a" not in replica
     replica.engine.apply(commits[0])
     replica.engine.apply(commits[1])
@@ -258,6 +258,6 @@ def test_an_ordering_store_under_encryption_still_decides_the_seq() -> None:
     state = State(store=store)
     state.set("card", "4111")
     state.set("other", 1)
-    assert state.cursor == 20
+    assert state.journal.cursor == 20
     assert inner._commits[0][3][0][1] != "4111"  # sealed on the way in
     assert [c[0] for c in store.commits()] == [10, 20]

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from helpers import run_threads, tagged
 from slateflow import (
     Flow,
-    FlowRunner,
     Resolver,
     State,
     Step,
@@ -47,6 +46,7 @@ from slateflow.flow import (
     Admission,
     Enforcement,
     FlowExplanation,
+    FlowRunner,
     Guard,
     Marking,
     Verdict,
@@ -302,7 +302,7 @@ def test_gate_controls_whether_a_reachable_step_is_active(events: Recorder) -> N
     assert runner.active_steps == []
     assert runner.verdict("b") is Verdict.PENDING
     assert state.get("flow:gate:active") == []
-    assert runner.postures() == []
+    assert list(runner.brief().postures) == []
     state.set("b", 1)  # not reachable: its done guard is not enough
     assert runner.done_steps == ["a"]
     state.set("open", True)  # open again: active again, but entered only once
@@ -409,7 +409,7 @@ def test_a_chain_completes_to_its_fixed_point_in_one_write(events: Recorder) -> 
     runner = FlowRunner(chain("fix", n), state)
     assert runner.active_steps == ["s0"]
     events.clear()
-    cursor = state.cursor
+    cursor = state.journal.cursor
     state.set("k0", 0)
     assert runner.done_steps == [f"s{i}" for i in range(n)]
     assert runner.is_complete
@@ -449,7 +449,7 @@ def test_a_rolled_back_transaction_advances_nothing() -> None:
 def test_an_update_batch_advances_in_one_settling() -> None:
     state = State()
     runner = FlowRunner(chain("batch", 3), state)
-    cursor = state.cursor
+    cursor = state.journal.cursor
     state.update({"k2": 1, "k0": 1, "k1": 1})
     assert runner.done_steps == ["s0", "s1", "s2"]
     assert writes_of(state, "flow:batch:done", cursor) == 1
@@ -490,7 +490,7 @@ def test_a_write_to_a_key_no_guard_reads_evaluates_nothing() -> None:
     state = State()
     runner = FlowRunner(Flow("unread", steps), state)
     counted.take()
-    cursor = state.cursor
+    cursor = state.journal.cursor
     state.set("nobody:reads:this", 1)
     state.update({"nor:this": 1, "nor:that": 2})
     assert counted.take() == Counter()
@@ -767,12 +767,12 @@ def test_complete_with_require_needs_the_required_steps(events: Recorder) -> Non
         constraints=[require("phone", "name")],
     )
     runner = FlowRunner(flow, state)
-    assert runner.unmet_requirements() == ["phone", "name"]
+    assert list(runner.brief().unmet) == ["phone", "name"]
     state.set("name", "Ann")
-    assert runner.unmet_requirements() == ["phone"]
+    assert list(runner.brief().unmet) == ["phone"]
     assert not runner.is_complete
     state.set("phone", "555")
-    assert runner.unmet_requirements() == []
+    assert list(runner.brief().unmet) == []
     assert runner.is_complete
     assert runner.verdict("extra") is Verdict.ACTIVE  # still open, but not needed
     state.set("extra", 1)
@@ -891,14 +891,14 @@ def test_postures_and_grounds_of_the_active_steps() -> None:
         ],
     )
     runner = FlowRunner(flow, state)
-    assert runner.postures() == ["Greet the caller."]  # an empty posture is not one
+    assert list(runner.brief().postures) == ["Greet the caller."]  # an empty posture is not one
     # "Caller: " renders (the name is missing, not the line); the VIP line renders blank.
-    assert runner.grounds() == ["Caller: ", "Date unknown"]
+    assert list(runner.brief().grounds) == ["Caller: ", "Date unknown"]
     state.update({"name": "Ann", "vip": True, "date": "mon"})
-    assert runner.grounds() == ["Caller: Ann", "A VIP caller.", "Date mon"]
+    assert list(runner.brief().grounds) == ["Caller: Ann", "A VIP caller.", "Date mon"]
     state.set("a", 1)
-    assert runner.postures() == ["Ask the date."]
-    assert runner.grounds() == ["A VIP caller.", "Date mon", "Later"]
+    assert list(runner.brief().postures) == ["Ask the date."]
+    assert list(runner.brief().grounds) == ["A VIP caller.", "Date mon", "Later"]
 
 
 def test_blank_grounds_are_dropped() -> None:
@@ -912,9 +912,9 @@ def test_blank_grounds_are_dropped() -> None:
         ],
     )
     runner = FlowRunner(flow, state)
-    assert runner.grounds() == ["no"]
+    assert list(runner.brief().grounds) == ["no"]
     state.update({"x": "X", "z": 0})
-    assert runner.grounds() == ["X", "no"]
+    assert list(runner.brief().grounds) == ["X", "no"]
 
 
 # -- published keys and signals -----------------------------------------------------------------
@@ -945,7 +945,7 @@ def test_flow_keys_are_written_only_when_they_change() -> None:
     state = State()
     flow = Flow("quiet", [Step("a", done=is_set("a")), Step("b", done=is_set("b"))])
     runner = FlowRunner(flow, state)
-    cursor = state.cursor
+    cursor = state.journal.cursor
     runner.advance()
     runner.on_tool_ok("x")
     assert state.journal.since(cursor) == []
@@ -1306,7 +1306,7 @@ def test_a_closed_runner_evaluates_no_guard() -> None:
     runner = FlowRunner(flow, state)
     counted.take()
     runner.close()
-    cursor = state.cursor
+    cursor = state.journal.cursor
     state.update({"k": 1, "b": 1})
     assert counted.take() == Counter()
     assert runner.active_steps == ["a", "b"]
@@ -1334,7 +1334,7 @@ def test_a_runner_compiles_its_flow() -> None:
 def test_on_enter_needs_a_session() -> None:
     resolver = Resolver.function("slots", lambda state: 1)
     flow = Flow("needs", [Step("a", done=is_set("a"), on_enter=run(resolver))])
-    with pytest.raises(FlowError, match=r"session\.run_flow"):
+    with pytest.raises(FlowError, match=r"flow\.start\(session\)"):
         FlowRunner(flow, State())
     FlowRunner(chain("needs", 1), State()).close()  # the refused runner took no name
 
@@ -1748,7 +1748,7 @@ def test_a_posture_told_while_the_flow_is_paused_is_still_recorded() -> None:
     flow = Flow("ask", [Step("name", done=is_set("caller:name"), posture="Ask the name.")])
     state = State()
     with FlowRunner(flow, state) as runner:
-        marker = runner.told_marker()
+        marker = runner.brief().told
         assert marker is not None
         runner.pause()
         marker(1)

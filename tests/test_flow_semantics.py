@@ -15,10 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow import Flow, FlowRunner, Session, State, Step, edge, is_set, is_true
+from slateflow import Conversation, Flow, Session, State, Step, edge, is_set, is_true
 from slateflow.errors import FlowDefinitionError, FlowFormatError, GuardFormatError
 from slateflow.flow import (
     Digression,
+    FlowRunner,
     FlowStack,
     Guard,
     Verdict,
@@ -203,7 +204,7 @@ def test_a_branch_taken_stays_taken_when_its_condition_turns_false() -> None:
         assert runner.active_steps == ["retrying"]
         state.set("charge:declined", False)  # the retry started: the decline flag clears
         assert runner.active_steps == ["retrying"]
-        assert runner.postures() == ["Tell the caller we are trying the card again."]
+        assert list(runner.brief().postures) == ["Tell the caller we are trying the card again."]
         state.set("retry:finished", True)
         assert runner.is_complete
 
@@ -304,7 +305,7 @@ def test_a_hand_off_step_ends_the_flow_without_conditions_on_the_others() -> Non
         assert runner.active_steps == ["handoff"]
         assert runner.admit("transfer_call")  # the tools it needs are admitted
         assert not runner.admit("book")
-        assert runner.postures() == ["Transfer the caller to a person."]
+        assert list(runner.brief().postures) == ["Transfer the caller to a person."]
         assert not runner.is_complete
         state.set("caller:issue", "billing")  # would have moved the flow on
         assert runner.active_steps == ["handoff"]
@@ -321,7 +322,7 @@ def test_a_terminal_hand_off_completes_at_once_and_keeps_its_closing_words() -> 
         state.set("caller:wants_human", True)
         assert runner.is_complete
         assert runner.active_steps == []
-        assert runner.postures() == ["Say a person will call back."]
+        assert list(runner.brief().postures) == ["Say a person will call back."]
 
 
 def test_a_step_made_eligible_by_the_same_change_as_the_hand_off_is_never_entered() -> None:
@@ -376,16 +377,17 @@ async def test_a_flow_stack_has_the_waits_of_a_flow() -> None:
     main = Flow("main", [Step("a", done=is_true("a")), Step("b", after=["a"], done=is_true("b"))])
     stack = FlowStack(main, [Digression("faq", is_true("ask:faq"), faq())])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
         assert await runner.wait_for_step("a") is Verdict.ACTIVE
         state.set("ask:faq", True)
-        await session.conversation.user_turn("what are your hours?")
+        await conversation.user_turn("what are your hours?")
         assert await runner.wait_for_step("answer", timeout=1) is Verdict.ACTIVE
         assert await runner.wait_for_step("answer", flow="faq") is Verdict.ACTIVE
         state.set("faq:answered", True)
         state.set("ask:faq", False)
-        await session.conversation.user_turn("thanks")
-        await session.conversation.user_turn("back to it")
+        await conversation.user_turn("thanks")
+        await conversation.user_turn("back to it")
         state.set("a", True)
         assert await runner.wait_for_step("b", timeout=1) is Verdict.ACTIVE
         async with anyio.create_task_group() as tg:
@@ -402,7 +404,7 @@ async def test_a_flow_stack_wait_times_out_with_an_explanation() -> None:
     main = Flow("main", [Step("a", done=is_true("a"))])
     stack = FlowStack(main, [Digression("faq", is_true("ask:faq"), faq())])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        runner = stack.start(session)
         with pytest.raises(WaitTimeoutError, match="main"):
             await runner.wait_complete(timeout=3)
         with pytest.raises(WaitTimeoutError, match="answer"):

@@ -1,5 +1,5 @@
 """The FlowRunner inside a Session: on_enter actions in their three modes, activations, writes
-from other threads, waiting on a flow, ``session.run_flow``, several flows on one State, and the
+from other threads, waiting on a flow, ``flow.start(session)``, several flows on one State, and the
 voice booking flow driven end to end.
 
 Everything timed runs on a :class:`ManualClock` (``Session(state, clock=clock)``);
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from helpers import run_threads
 from slateflow import (
+    Conversation,
     Flow,
-    FlowRunner,
     ManualClock,
     Resolver,
     Scheduling,
@@ -53,7 +53,7 @@ from slateflow.errors import (
     SessionError,
     WaitTimeoutError,
 )
-from slateflow.flow import Enforcement, Verdict, signals
+from slateflow.flow import Enforcement, FlowRunner, Verdict, signals
 from slateflow.resolve import BackgroundResult
 
 MODES = ["dispatch", "background", "call"]
@@ -189,7 +189,8 @@ async def test_dispatch_on_enter_runs_the_resolver_and_its_result_completes_the_
     source = Source({"open": True}, clock=clock, delay=2)
     lookup = Resolver.fetch("availability", source)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(lookup, "dispatch"))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(lookup_flow(lookup, "dispatch"))
         assert runner.active_steps == ["ask"]
         assert state.get("availability:status") is None  # not entered: nothing started
 
@@ -211,7 +212,7 @@ async def test_dispatch_on_enter_runs_the_resolver_and_its_result_completes_the_
         provenance = state.provenance("availability:result")
         assert provenance is not None
         assert (provenance.source, provenance.writer) == ("fetch", "availability")
-        assert runner.take_deliveries() == []  # dispatch mode delivers nothing
+        assert conversation.take_deliveries() == []  # dispatch mode delivers nothing
         assert source.calls == 1
 
 
@@ -225,7 +226,7 @@ async def test_a_step_entered_when_the_flow_starts_dispatches_inside_run_flow() 
         [Step("load", done=resolved("load"), on_enter=run(Resolver.fetch("load", source)))],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         assert state.get("load:status") == "running"
         assert runner.active_steps == ["load"]
         await clock.advance(0)
@@ -245,15 +246,18 @@ async def test_background_on_enter_queues_the_outcome_with_its_scheduling_hint(
     source = Source({"open": False, "alternative": "19:30"}, clock=clock, delay=1)
     lookup = Resolver.fetch("availability", source)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(lookup, "background", scheduling=scheduling.value))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
+            lookup_flow(lookup, "background", scheduling=scheduling.value)
+        )
         state.set("go", True)
         assert state.get("availability:status") == "running"
         await clock.advance(0.5)
-        assert runner.take_deliveries() == []  # nothing yet: the lookup is still running
+        assert conversation.take_deliveries() == []  # nothing yet: the lookup is still running
 
         await clock.advance(0.5)
         assert runner.active_steps == ["answer"]
-        delivered = runner.take_deliveries()
+        delivered = conversation.take_deliveries()
         assert len(delivered) == 1
         result = delivered[0]
         assert isinstance(result, BackgroundResult)
@@ -265,7 +269,7 @@ async def test_background_on_enter_queues_the_outcome_with_its_scheduling_hint(
             "resolver": "availability",
             "result": {"open": False, "alternative": "19:30"},
         }
-        assert runner.take_deliveries() == []  # taking them empties the queue
+        assert conversation.take_deliveries() == []  # taking them empties the queue
 
 
 @pytest.mark.anyio
@@ -288,7 +292,8 @@ async def test_background_on_enter_hands_the_outcome_to_its_deliver_callable(
         deliver = received.append
     lookup = Resolver.fetch("availability", Source({"open": True}, clock=clock, delay=1))
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
             lookup_flow(lookup, "background", scheduling="interrupt", deliver=deliver)
         )
         state.set("go", True)
@@ -296,7 +301,7 @@ async def test_background_on_enter_hands_the_outcome_to_its_deliver_callable(
         assert [(r.name, r.status, r.value, r.scheduling) for r in received] == [
             ("availability", "completed", {"open": True}, Scheduling.INTERRUPT)
         ]
-        assert runner.take_deliveries() == []  # given to deliver, not queued
+        assert conversation.take_deliveries() == []  # given to deliver, not queued
         assert runner.active_steps == ["answer"]
 
 
@@ -307,7 +312,7 @@ async def test_call_on_enter_is_awaited_by_on_turn_so_the_next_turn_sees_its_res
     source = Source("Tuesday at 3")
     lookup = Resolver.fetch("calendar", source)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(lookup, "call"))
+        runner = lookup_flow(lookup, "call").start(session)
         state.set("go", True)
         assert runner.active_steps == ["lookup"]
         await runner.on_turn()
@@ -325,7 +330,7 @@ async def test_on_turn_waits_for_a_slow_call_on_the_clock() -> None:
     state = State(clock=clock)
     lookup = Resolver.fetch("calendar", Source("ok", clock=clock, delay=3))
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(lookup, "call"))
+        runner = lookup_flow(lookup, "call").start(session)
         state.set("go", True)
         turn = Waiting()
         async with anyio.create_task_group() as tg:
@@ -365,7 +370,7 @@ async def test_call_actions_run_one_after_another_in_the_runners_lane() -> None:
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         state.set("go", True)
         assert runner.active_steps == ["one", "two"]
         await clock.advance(1)
@@ -401,7 +406,7 @@ async def test_a_call_whose_result_enters_another_call_step_is_awaited_by_the_sa
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         state.set("go", True)
         await runner.on_turn()
         assert runner.is_complete
@@ -436,7 +441,8 @@ async def test_on_enter_fires_once_per_activation_not_again_on_a_gate_flicker(
     state = State(clock=clock)
     source = Source()
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(gated_flow(Resolver.fetch("work", source), mode))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(gated_flow(Resolver.fetch("work", source), mode))
         await clock.advance(0)
         assert runner.active_steps == []
         assert source.calls == 0
@@ -454,7 +460,7 @@ async def test_on_enter_fires_once_per_activation_not_again_on_a_gate_flicker(
             await clock.advance(0)
         assert source.calls == 1
         assert sigs.steps("gated", "entered") == ["a"]
-        runner.take_deliveries()
+        conversation.take_deliveries()
 
 
 @pytest.mark.anyio
@@ -466,7 +472,7 @@ async def test_a_reset_re_opens_the_step_and_fires_its_on_enter_again(
     state = State(clock=clock)
     source = Source()
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(gated_flow(Resolver.fetch("work", source), mode))
+        runner = (gated_flow(Resolver.fetch("work", source), mode)).start(session)
         state.set("open", True)
         state.set("a:done", True)
         await clock.advance(0)
@@ -512,7 +518,7 @@ async def test_a_reset_re_arms_on_enter_of_the_steps_after_the_reset_one() -> No
         constraints=[reset("slot").when(is_true("caller:changed_mind"))],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         state.set("booking:time", "19:00")
         await clock.advance(0)
         assert runner.active_steps == ["check"]
@@ -538,7 +544,8 @@ async def test_a_step_already_done_when_reached_is_not_entered_and_runs_nothing(
     source = Source()
     lookup = Resolver.fetch("availability", source)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(lookup, mode))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(lookup_flow(lookup, mode))
         state.set("availability:result", {"open": True})  # known before the step is reached
         state.set("go", True)
         await runner.on_turn()
@@ -549,7 +556,7 @@ async def test_a_step_already_done_when_reached_is_not_entered_and_runs_nothing(
         assert state.get("availability:status") is None
         assert sigs.steps("lookup", "entered") == ["ask", "answer"]
         assert sigs.steps("lookup", "done") == ["ask", "lookup"]
-        assert runner.take_deliveries() == []
+        assert conversation.take_deliveries() == []
 
 
 @pytest.mark.anyio
@@ -566,7 +573,7 @@ async def test_a_first_step_done_when_the_flow_starts_runs_nothing(sigs: Signals
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         await clock.advance(0)
         assert runner.active_steps == ["next"]
         assert source.calls == 0
@@ -607,17 +614,18 @@ async def test_a_failing_resolver_writes_its_error_and_the_flow_branches_on_fail
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
         state.set("go", True)
         await clock.advance(1)
         await runner.on_turn()
         assert state.get("availability:status") == "error"
         assert "booking system down" in state.get("availability:error")
-        assert not state.contains("availability:result")
+        assert "availability:result" not in state
         assert runner.done_steps == ["ask", "check", "apologise"]
         assert runner.verdict("confirm") is Verdict.SKIPPED
         assert runner.is_complete
-        deliveries = runner.take_deliveries()
+        deliveries = conversation.take_deliveries()
         if mode == "background":
             assert [(d.status, d.error) for d in deliveries] == [
                 ("error", state.get("availability:error"))
@@ -652,7 +660,7 @@ async def test_a_step_entered_by_a_sources_own_write_starts_its_action_unfenced(
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         await clock.advance(0)
         assert second.calls == 1
         assert state.get("second:result") == "second done"
@@ -689,7 +697,7 @@ async def test_an_on_enter_dispatch_the_session_refuses_is_logged_and_the_flow_g
     )
     caplog.set_level(logging.ERROR, logger="slateflow.flow")
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         session.dispatch(lookup)  # already running when the step is entered
         state.set("go", True)  # the on_enter dispatch is refused: logged, not raised
         assert runner.active_steps == ["check"]
@@ -795,7 +803,7 @@ def test_on_enter_runs_exactly_once_per_entry_whatever_the_writes(
                     constraints=[reset("a").when(is_true("again"))],
                 )
                 async with Session(state, clock=clock) as session:
-                    runner = session.run_flow(flow)
+                    runner = flow.start(session)
                     for key, value in ops:
                         state.set(key, value)
                         await clock.advance(0)
@@ -829,7 +837,8 @@ async def test_a_step_advanced_from_another_thread_fires_on_enter_on_the_session
         state.set("go", True)
 
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("lookup", source), mode))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(lookup_flow(Resolver.fetch("lookup", source), mode))
         await anyio.to_thread.run_sync(write_from_a_thread)
         assert writer_threads[0] != loop_thread
         with anyio.fail_after(SAFETY):
@@ -838,7 +847,7 @@ async def test_a_step_advanced_from_another_thread_fires_on_enter_on_the_session
         # The flow latched (and sent its signal) in the writer's thread.
         assert sigs.threads("lookup", "entered", "lookup") == writer_threads
         assert runner.done_steps == ["ask", "lookup"]
-        assert len(runner.take_deliveries()) == (1 if mode == "background" else 0)
+        assert len(conversation.take_deliveries()) == (1 if mode == "background" else 0)
 
 
 @pytest.mark.anyio
@@ -864,7 +873,7 @@ async def test_writes_from_many_threads_each_fire_their_steps_action_once() -> N
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
 
         def go(i: int) -> None:
             state.set(f"go:{i}", True)
@@ -883,7 +892,7 @@ async def test_a_waiter_is_woken_by_a_write_from_another_thread() -> None:
     state = State(clock=clock)
     flow = Flow("t", [Step("a", done=is_true("x")), Step("b", after=["a"], done=is_true("y"))])
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting, lambda: runner.wait_for_step("b"))
@@ -915,7 +924,7 @@ async def test_waits_return_at_once_when_the_step_is_already_reached() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         # A zero timeout on the manual clock expires at once: returning proves no wait.
         assert await runner.wait_for_step("a", timeout=0) is Verdict.ACTIVE
         state.set("x", True)
@@ -931,7 +940,7 @@ async def test_waits_wake_when_the_step_is_reached_later() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         for_b = Waiting()
         passed_through = Waiting()
         complete = Waiting()
@@ -956,7 +965,7 @@ async def test_waits_wake_when_the_step_is_reached_later() -> None:
     # A step passed straight through to done wakes its waiter with DONE.
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         async with anyio.create_task_group() as tg:
             tg.start_soon(passed_through, lambda: runner.wait_for_step("b"))
             await clock.advance(0)
@@ -971,7 +980,7 @@ async def test_a_wait_times_out_on_the_session_clock_with_the_explanation() -> N
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting, lambda: runner.wait_for_step("b", timeout=5))
@@ -1004,7 +1013,7 @@ async def test_closing_the_runner_wakes_its_waiters_with_flow_error() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         for_b = Waiting()
         complete = Waiting()
         async with anyio.create_task_group() as tg:
@@ -1030,7 +1039,7 @@ async def test_closing_the_runner_wakes_its_waiters_with_flow_error() -> None:
 async def test_waiting_for_an_unknown_step_names_the_steps() -> None:
     clock = ManualClock()
     async with Session(State(clock=clock), clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         with pytest.raises(FlowError, match="no step 'c'; its steps: a, b"):
             await runner.wait_for_step("c")
 
@@ -1042,7 +1051,7 @@ async def test_session_exit_closes_its_runners_and_wakes_their_waiters() -> None
     waiting = Waiting()
     async with anyio.create_task_group() as tg:
         async with Session(state, clock=clock) as session:
-            runner = session.run_flow(two_steps())
+            runner = two_steps().start(session)
             tg.start_soon(waiting, runner.wait_complete)
             await clock.advance(0)
             assert not runner.closed
@@ -1068,7 +1077,7 @@ async def test_session_exit_closes_its_runners_and_wakes_their_waiters() -> None
 
     # The name is free again: a new session runs the flow afresh on the same State.
     async with Session(state, clock=clock) as session:
-        again = session.run_flow(two_steps())
+        again = two_steps().start(session)
         assert again.active_steps == ["b"]
 
 
@@ -1079,14 +1088,14 @@ async def test_session_exit_stops_on_enter_actions_of_its_runners() -> None:
     state = State(clock=clock)
     source = Source()
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("lookup", source), "dispatch"))
+        runner = (lookup_flow(Resolver.fetch("lookup", source), "dispatch")).start(session)
     state.set("go", True)
     assert runner.active_steps == ["ask"]
     assert source.calls == 0
     assert state.get("lookup:status") is None
 
 
-# -- session.run_flow -----------------------------------------------------------------------------
+# -- flow.start(session) ------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
@@ -1103,12 +1112,12 @@ async def test_run_flow_compiles_the_flow_and_reports_every_problem() -> None:
     )
     async with Session(state, clock=clock) as session:
         with pytest.raises(FlowDefinitionError) as caught:
-            session.run_flow(broken)
+            broken.start(session)
         problems = caught.value.problems
         assert len(problems) == 2  # every problem at once
         assert any("unknown step 'nowhere'" in p for p in problems)
         assert any("step 'c' has no done guard" in p for p in problems)
-        assert not state.contains("flow:broken:active")  # nothing started
+        assert "flow:broken:active" not in state  # nothing started
 
         fixed = Flow(
             "broken",
@@ -1119,7 +1128,7 @@ async def test_run_flow_compiles_the_flow_and_reports_every_problem() -> None:
             ],
             constraints=[commit("pay", until=is_true("ok")), require("c")],
         )
-        runner = session.run_flow(fixed)  # a valid flow of the same name still starts
+        runner = fixed.start(session)  # a valid flow of the same name still starts
         assert runner.active_steps == ["a"]
 
 
@@ -1133,40 +1142,40 @@ async def test_run_flow_reports_a_commit_guarded_by_an_always_true_guard() -> No
     )
     async with Session(State(clock=clock), clock=clock) as session:
         with pytest.raises(FlowDefinitionError, match="book"):
-            session.run_flow(flow)
+            flow.start(session)
 
 
 @pytest.mark.anyio
-async def test_run_flow_refuses_outside_an_open_session() -> None:
+async def test_a_flow_refuses_to_start_outside_an_open_session() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     session = Session(state, clock=clock)
     with pytest.raises(SessionError, match="not open"):
-        session.run_flow(two_steps())
+        two_steps().start(session)
     async with session:
         pass
     with pytest.raises(SessionError, match="not open"):
-        session.run_flow(two_steps())
-    assert not state.contains("flow:wait:active")
+        two_steps().start(session)
+    assert "flow:wait:active" not in state
 
 
 @pytest.mark.anyio
-async def test_run_flow_refuses_another_thread() -> None:
+async def test_a_flow_refuses_to_start_from_another_thread() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
         with pytest.raises(SessionError, match="thread"):
-            await anyio.to_thread.run_sync(session.run_flow, two_steps())
-        assert not state.contains("flow:wait:active")
-        session.run_flow(two_steps())  # the refusal left nothing registered
+            await anyio.to_thread.run_sync(two_steps().start, session)
+        assert "flow:wait:active" not in state
+        two_steps().start(session)  # the refusal left nothing registered
 
 
 def test_a_runner_without_a_session_refuses_a_flow_with_on_enter() -> None:
     state = State()
     flow = lookup_flow(Resolver.fetch("lookup", Source()), "dispatch")
-    with pytest.raises(FlowError, match=r"step 'lookup' has an on_enter.*session\.run_flow"):
+    with pytest.raises(FlowError, match=r"step 'lookup' has an on_enter.*flow\.start\(session\)"):
         FlowRunner(flow, state)
-    assert not state.contains("flow:lookup:active")
+    assert "flow:lookup:active" not in state
     plain = Flow("lookup", [Step("ask", done=is_true("go"))])
     with FlowRunner(plain, state) as runner:  # the name was not taken by the refusal
         assert runner.active_steps == ["ask"]
@@ -1188,7 +1197,7 @@ async def test_observe_enforcement_through_run_flow_admits_and_records(
         constraints=[commit("charge", until=is_true("cart:confirmed"))],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow, enforcement=enforcement)
+        runner = flow.start(session, enforcement=enforcement)
         assert runner.enforcement is Enforcement.OBSERVE
         admission = runner.admit("charge")
         assert admission.allowed
@@ -1209,7 +1218,7 @@ async def test_run_flow_enforces_by_default() -> None:
         [Step("browse", done=is_true("cart:ready"), allow=["search"])],
     )
     async with Session(State(clock=clock), clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         assert runner.enforcement is Enforcement.ENFORCE
         refusal = runner.admit("charge")
         assert not refusal.allowed
@@ -1224,9 +1233,9 @@ async def test_run_flow_with_a_bad_enforcement_raises_flow_error(bad: Any) -> No
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
         with pytest.raises(FlowError, match="enforcement must be 'enforce' or 'observe'"):
-            session.run_flow(two_steps(), enforcement=bad)
-        assert not state.contains("flow:wait:active")
-        session.run_flow(two_steps())  # the name was not taken
+            two_steps().start(session, enforcement=bad)
+        assert "flow:wait:active" not in state
+        two_steps().start(session)  # the name was not taken
 
 
 @pytest.mark.anyio
@@ -1234,18 +1243,18 @@ async def test_one_runner_per_flow_name_per_state() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        first = session.run_flow(two_steps())
+        first = two_steps().start(session)
         with pytest.raises(FlowError, match="already running"):
-            session.run_flow(two_steps())
+            two_steps().start(session)
         first.close()
-        second = session.run_flow(two_steps())
+        second = two_steps().start(session)
         state.set("x", True)
         assert second.active_steps == ["b"]
         assert first.active_steps == ["a"]
         # Another State is another namespace.
         other = State(clock=clock)
         async with Session(other, clock=clock) as elsewhere:
-            assert elsewhere.run_flow(two_steps()).active_steps == ["a"]
+            assert two_steps().start(elsewhere).active_steps == ["a"]
 
 
 # -- several flows on one State -------------------------------------------------------------------
@@ -1280,11 +1289,11 @@ async def test_one_flows_on_enter_result_advances_another_flow(b_first: bool) ->
     )
     async with Session(state, clock=clock) as session:
         if b_first:
-            runner_b = session.run_flow(flow_b)
-            runner_a = session.run_flow(flow_a)
+            runner_b = flow_b.start(session)
+            runner_a = flow_a.start(session)
         else:
-            runner_a = session.run_flow(flow_a)
-            runner_b = session.run_flow(flow_b)
+            runner_a = flow_a.start(session)
+            runner_b = flow_b.start(session)
         assert runner_b.active_steps == ["have_lookup"]
         assert state.get("flow:A:complete") is False
 
@@ -1316,7 +1325,7 @@ def availability(clock: ManualClock, calls: list[str]) -> Resolver:
     0.4 s on the manual clock."""
 
     async def check(state: State) -> dict[str, Any]:
-        wanted = state.require("booking:time")
+        wanted = state["booking:time"]
         calls.append(wanted)
         await clock.sleep(0.4)
         if wanted == "19:00":
@@ -1380,12 +1389,13 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
     state = State(clock=clock)
     asked: list[str] = []
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(booking_flow(availability(clock, asked)))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(booking_flow(availability(clock, asked)))
 
         # Turn 1: nothing known yet.
         assert runner.active_steps == ["slot"]
-        assert runner.postures() == ["Ask which day and time the caller would like."]
-        assert runner.grounds() == ["Known so far: date not yet, time not yet."]
+        assert list(runner.brief().postures) == ["Ask which day and time the caller would like."]
+        assert list(runner.brief().grounds) == ["Known so far: date not yet, time not yet."]
         refusal = runner.admit("book")
         assert not refusal
         assert refusal.reason.startswith("'book' is not permitted yet: first, ")
@@ -1393,22 +1403,24 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         assert "Available now: small_talk, transfer_to_human." in refusal.reason
         assert refusal.reason.endswith("Ask which day and time the caller would like.")
         assert runner.admit("small_talk")  # no step restricts tools yet
-        assert runner.unmet_requirements() == ["book"]
+        assert list(runner.brief().unmet) == ["book"]
 
         # Turn 2: the date alone does not finish the slot.
         state.set("booking:date", "Saturday", source="extraction", writer="slots")
         await runner.on_turn()
         assert runner.active_steps == ["slot"]
-        assert runner.grounds() == ["Known so far: date Saturday, time not yet."]
+        assert list(runner.brief().grounds) == ["Known so far: date Saturday, time not yet."]
         assert asked == []
 
         # Turn 3: the time arrives; the lookup starts in the background.
         state.set("booking:time", "19:00", source="extraction", writer="slots")
         assert runner.active_steps == ["check"]
-        assert runner.postures() == ["Say you are checking; keep the caller company meanwhile."]
+        assert list(runner.brief().postures) == [
+            "Say you are checking; keep the caller company meanwhile."
+        ]
         assert state.get("availability:status") == "running"
         await runner.on_turn()  # a background lookup does not hold up the turn
-        assert runner.take_deliveries() == []
+        assert conversation.take_deliveries() == []
         assert not runner.admit("book")
 
         # The booking system answers 0.4 s later: the time is taken.
@@ -1416,9 +1428,9 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         assert runner.active_steps == ["check"]
         await clock.advance(0.01)
         assert await runner.wait_for_step("offer", timeout=0) is Verdict.ACTIVE
-        assert runner.postures() == ["That time is taken: offer the alternative."]
-        assert runner.grounds() == ["Alternative on offer: 19:30."]
-        delivered = runner.take_deliveries()
+        assert list(runner.brief().postures) == ["That time is taken: offer the alternative."]
+        assert list(runner.brief().grounds) == ["Alternative on offer: 19:30."]
+        delivered = conversation.take_deliveries()
         assert [(d.value, d.scheduling) for d in delivered] == [
             ({"open": False, "alternative": "19:30"}, Scheduling.WHEN_IDLE)
         ]
@@ -1427,14 +1439,14 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         # The caller takes the alternative.
         state.update({"booking:time": "19:30", "booking:alternative_accepted": True})
         assert runner.active_steps == ["confirm"]
-        assert runner.grounds() == ["Booking: Saturday at 19:30."]
+        assert list(runner.brief().grounds) == ["Booking: Saturday at 19:30."]
         assert "'booking:confirmed' must be true" in runner.admit("book").reason
         assert asked == ["19:00"]  # the lookup ran once; the new time needs no second check
 
         # The caller confirms: the booking tool is admitted, and only it (plus ambient).
         state.set("booking:confirmed", True, source="extraction", writer="yes_no")
         assert runner.active_steps == ["book"]
-        assert runner.postures() == ["Book the table now."]
+        assert list(runner.brief().postures) == ["Book the table now."]
         assert runner.admit("book")
         assert runner.admit("transfer_to_human")  # ambient
         off_topic = runner.admit("small_talk")
@@ -1464,15 +1476,16 @@ async def test_voice_booking_with_the_time_open_confirms_and_skips_the_offer() -
     state = State(clock=clock)
     asked: list[str] = []
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(booking_flow(availability(clock, asked)))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(booking_flow(availability(clock, asked)))
         state.update({"booking:date": "Friday", "booking:time": "18:00"})
         assert runner.active_steps == ["check"]
         await clock.advance(0.4)
         assert runner.active_steps == ["confirm"]
         # Not skipped yet: nothing after it is done.
         assert runner.verdict("offer") is Verdict.PENDING
-        assert runner.grounds() == ["Booking: Friday at 18:00."]
-        assert runner.take_deliveries()[0].value == {"open": True}
+        assert list(runner.brief().grounds) == ["Booking: Friday at 18:00."]
+        assert conversation.take_deliveries()[0].value == {"open": True}
 
         state.set("booking:confirmed", True)
         assert runner.verdict("offer") is Verdict.SKIPPED  # confirm, after it, is done
@@ -1480,7 +1493,7 @@ async def test_voice_booking_with_the_time_open_confirms_and_skips_the_offer() -
         runner.on_tool_ok("book")
         assert runner.is_complete
         assert not runner.admit("book")  # commit is once plus never-until
-        assert runner.unmet_requirements() == []
+        assert list(runner.brief().unmet) == []
         assert asked == ["18:00"]
 
 
@@ -1498,11 +1511,12 @@ async def test_voice_booking_a_caller_changing_the_slot_rechecks_availability() 
         ambient=list(base.ambient),
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
         state.update({"booking:date": "Friday", "booking:time": "18:00"})
         await clock.advance(0.4)
         assert runner.active_steps == ["confirm"]
-        runner.take_deliveries()
+        conversation.take_deliveries()
 
         # The caller changes their mind: the slot re-opens, the old answer is stale.
         state.update(
@@ -1515,7 +1529,7 @@ async def test_voice_booking_a_caller_changing_the_slot_rechecks_availability() 
         await clock.advance(0.4)
         assert runner.active_steps == ["offer"]
         assert asked == ["18:00", "19:00"]
-        assert [d.value for d in runner.take_deliveries()] == [
+        assert [d.value for d in conversation.take_deliveries()] == [
             {"open": False, "alternative": "19:30"}
         ]
 
@@ -1529,7 +1543,7 @@ async def test_asyncio_dispatch_on_enter_completes_the_step_and_wakes_a_waiter()
     state = State(clock=clock)
     source = Source({"open": True}, clock=clock, delay=1)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("availability", source), "dispatch"))
+        runner = (lookup_flow(Resolver.fetch("availability", source), "dispatch")).start(session)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting, lambda: runner.wait_for_step("answer", timeout=10))
@@ -1549,7 +1563,7 @@ async def test_asyncio_call_on_enter_is_awaited_by_on_turn() -> None:
     state = State(clock=clock)
     source = Source("Tuesday")
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("calendar", source), "call"))
+        runner = (lookup_flow(Resolver.fetch("calendar", source), "call")).start(session)
         state.set("go", True)
         await runner.on_turn()
         assert runner.active_steps == ["answer"]
@@ -1562,7 +1576,10 @@ async def test_asyncio_background_on_enter_and_a_timed_out_wait() -> None:
     state = State(clock=clock)
     source = Source({"open": True}, clock=clock, delay=2)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("availability", source), "background"))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
+            lookup_flow(Resolver.fetch("availability", source), "background")
+        )
         state.set("go", True)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
@@ -1572,7 +1589,7 @@ async def test_asyncio_background_on_enter_and_a_timed_out_wait() -> None:
         assert isinstance(waiting.result, WaitTimeoutError)
         assert "step 'lookup' waits for" in str(waiting.result)
         await clock.advance(1)
-        assert [d.value for d in runner.take_deliveries()] == [{"open": True}]
+        assert [d.value for d in conversation.take_deliveries()] == [{"open": True}]
         assert runner.active_steps == ["answer"]
 
 
@@ -1583,7 +1600,7 @@ async def test_asyncio_a_thread_write_fires_on_enter_on_the_loop() -> None:
     state = State(clock=clock)
     source = Source("ok")
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(lookup_flow(Resolver.fetch("lookup", source), "dispatch"))
+        runner = (lookup_flow(Resolver.fetch("lookup", source), "dispatch")).start(session)
         await anyio.to_thread.run_sync(state.set, "go", True)
         with anyio.fail_after(SAFETY):
             await runner.wait_for_step("answer")
@@ -1599,7 +1616,7 @@ async def test_a_gate_flicker_does_not_make_a_waiter_report_a_closed_runner() ->
     state = State(clock=clock)
     flow = Flow("flicker", [Step("a", gate=is_true("g"), done=is_true("d"))])
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting, lambda: runner.wait_for_step("a"))
@@ -1627,7 +1644,7 @@ async def test_session_exit_cancels_a_call_mode_on_enter_still_running() -> None
 
     async def body() -> None:
         async with Session(state, clock=clock) as session:
-            session.run_flow(flow)
+            flow.start(session)
             await leave.wait()
         exited.set()
 
@@ -1648,7 +1665,7 @@ async def test_a_nan_timeout_is_refused() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         waiting = Waiting()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting, lambda: runner.wait_for_step("b", timeout=float("nan")))

@@ -1,5 +1,5 @@
 """FlowStack digressions, repair policies and voice timing, driven the way a voice loop drives
-them: ``session.run_flow(stack)`` then ``await session.conversation.user_turn(...)`` turn after
+them: ``conversation.run_flow(stack)`` then ``await conversation.user_turn(...)`` turn after
 turn (a few
 tests run a ``StackRunner`` or ``FlowRunner`` by hand with ``await runner.on_turn()``).
 
@@ -21,9 +21,9 @@ from pydantic import ValidationError
 
 from helpers import refusal
 from slateflow import (
+    Conversation,
     Digression,
     Flow,
-    FlowRunner,
     FlowStack,
     ManualClock,
     RepairPolicy,
@@ -45,15 +45,15 @@ from slateflow import (
     reset,
     run,
 )
-from slateflow.conversation import Extract, regex
+from slateflow.conversation import VOICE_TIMING_KEY, Extract, regex
 from slateflow.errors import FlowDefinitionError, FlowError, FlowFormatError
 from slateflow.flow import (
     DEFAULT_REPROMPT,
     OVERLAY_KEY,
     TERMINATED_KEY,
-    VOICE_TIMING_KEY,
     Admission,
     Enforcement,
+    FlowRunner,
     StackRunner,
     Verdict,
     escalate_key,
@@ -156,17 +156,18 @@ def ended(name: str) -> str:
 async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until_resumed() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(stack)
         assert isinstance(runner, StackRunner)
         assert (state.get(OVERLAY_KEY), state.get(TERMINATED_KEY)) == (None, False)
-        ctx = await session.conversation.user_turn("hi")
+        ctx = await conversation.user_turn("hi")
         assert ctx.postures == (ASK_NAME,)
         assert runner.current is runner.main
         assert runner.main.turns == 1
 
         state.set("intent:faq", True)
-        ctx = await session.conversation.user_turn("when do you open?")
+        ctx = await conversation.user_turn("when do you open?")
         assert runner.overlay == "faq"
         assert state.get(OVERLAY_KEY) == "faq"
         assert runner.current is not runner.main
@@ -183,13 +184,13 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert runner.main.done_steps == []
         assert state.get("flow:booking:active") == ["name"]
         assert state.get("flow:booking:done") == []
-        ctx = await session.conversation.user_turn("and on sundays?")
+        ctx = await conversation.user_turn("and on sundays?")
         assert runner.main.done_steps == []
         assert runner.main.turns == 1  # its on_turn did not run while the digression spoke
         assert ctx.postures == ("Answer the faq question.",)
 
         state.update({"faq:answered": True, "intent:faq": False})
-        ctx = await session.conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("thanks")
         # The completing turn: the digression still speaks, with its closing posture.
         assert runner.overlay == "faq"
         assert state.get(OVERLAY_KEY) == "faq"
@@ -197,7 +198,7 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
         assert runner.main.paused
         assert runner.main.done_steps == []
 
-        ctx = await session.conversation.user_turn("ok, the booking")
+        ctx = await conversation.user_turn("ok, the booking")
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
         assert not runner.main.paused
@@ -215,18 +216,19 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
 async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(stack)
         state.set("name", "Ann")
-        ctx = await session.conversation.user_turn("I'm Ann")
+        ctx = await conversation.user_turn("I'm Ann")
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.grounds == ("The caller is Ann.",)
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("are you open late?")
+        ctx = await conversation.user_turn("are you open late?")
         assert ctx.grounds == ()  # the digression has no grounds; main's are not said
         state.set("faq:answered", True)
-        await session.conversation.user_turn("good")
-        ctx = await session.conversation.user_turn("so, four of us")
+        await conversation.user_turn("good")
+        ctx = await conversation.user_turn("so, four of us")
         assert runner.main.active_steps == ["size"]  # where it was: the size was not given
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.grounds == ("The caller is Ann.",)
@@ -237,16 +239,15 @@ async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds(
 async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(stack)
         state.set("name", "Ann")
-        ctx = await session.conversation.user_turn("Ann")
+        ctx = await conversation.user_turn("Ann")
         assert ctx.tools == ("check_tables",)
-        await session.conversation.tool_ok(
-            "book_table"
-        )  # ran once (before it was its turn): once() binds
+        await conversation.tool_ok("book_table")  # ran once (before it was its turn): once() binds
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("hours?")
+        ctx = await conversation.user_turn("hours?")
         # The digression's allow list applies, not the main step's; once() still binds.
         assert ctx.tools == ("lookup_hours",)
         assert set(ctx.refused) == {"check_tables", "book_table", "transfer"}
@@ -259,9 +260,7 @@ async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind(
         assert runner.admit("lookup_hours") == Admission("lookup_hours", True)
         assert not runner.admit("book_table").allowed
         state.set("faq:answered", True)
-        ctx = await session.conversation.user_turn(
-            "thanks"
-        )  # closing turn: nothing active in the detour
+        ctx = await conversation.user_turn("thanks")  # closing turn: nothing active in the detour
         # No step of the digression restricts tools now, but the main flow's once() binds.
         assert ctx.tools == ("check_tables", "lookup_hours", "transfer")
         assert ctx.refused == {
@@ -278,15 +277,14 @@ async def test_a_trigger_still_holding_when_the_digression_ends_starts_it_again_
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
         state.set("intent:faq", True)
-        await session.conversation.user_turn("q")
+        await conversation.user_turn("q")
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         state.set("faq:answered", False)
-        ctx = await session.conversation.user_turn(
-            "hm"
-        )  # left, then "intent:faq" still holds: in again
+        ctx = await conversation.user_turn("hm")  # left, then "intent:faq" still holds: in again
         assert runner.overlay == "faq"
         assert ctx.postures == ("Answer the faq question.",)
         assert runner.history == [
@@ -309,27 +307,28 @@ async def test_restart_re_enters_steps_re_fires_on_enter_and_clears_repair_and_t
         size_repair=RepairPolicy(reprompt_after=2, escalate_after=9),
     )
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(main, [over]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(FlowStack(main, [over]))
         await session.wait_idle()
         assert (name_count.calls, size_count.calls) == (1, 0)
         state.set("name", "Ann")
-        await session.conversation.user_turn("Ann")
-        ctx = await session.conversation.user_turn("...")
+        await conversation.user_turn("Ann")
+        ctx = await conversation.user_turn("...")
         await session.wait_idle()
         assert (name_count.calls, size_count.calls) == (1, 1)
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert state.get(reprompt_key("size")) is True
-        await session.conversation.tool_ok("check_tables")
+        await conversation.tool_ok("check_tables")
         assert runner.main.marking.tools_ok == {"check_tables": 1}
 
         state.set("turn:over", True)
-        ctx = await session.conversation.user_turn("let's start over")
+        ctx = await conversation.user_turn("let's start over")
         assert ctx.postures == ("Start over.",)
         assert ctx.reprompts == ()  # the detour speaks
         assert runner.main.done_steps == ["name"]  # untouched until the next turn
 
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         await session.wait_idle()
         assert runner.history == [(3, "over", "entered"), (4, "over", "restarted")]
         # "name" is known: re-opened and done again at once, so not entered (no on_enter);
@@ -349,14 +348,17 @@ async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
     state = State()
     name_count = Count("name_entered")
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(name_enter=run(name_count.resolver)), [over]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(
+            FlowStack(booking(name_enter=run(name_count.resolver)), [over])
+        )
         await session.wait_idle()
         state.set("turn:over", True)
-        await session.conversation.user_turn("again")
+        await conversation.user_turn("again")
         await session.wait_idle()
         assert name_count.calls == 1
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         await session.wait_idle()
         assert name_count.calls == 2
         assert runner.main.active_steps == ["name"]
@@ -367,20 +369,21 @@ async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
 async def test_restart_lets_known_facts_complete_their_steps_but_forgets_tool_calls() -> None:
     state = State()
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [over]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [over]))
         state.update({"name": "Ann", "size": 2})
-        await session.conversation.user_turn("Ann, two")
-        await session.conversation.tool_ok("book_table")
+        await conversation.user_turn("Ann, two")
+        await conversation.tool_ok("book_table")
         assert runner.main.is_complete
-        assert refusal(session, "book_table") is not None  # once()
+        assert refusal(conversation, "book_table") is not None  # once()
         state.set("turn:over", True)
-        await session.conversation.user_turn("actually, start over")
-        ctx = await session.conversation.user_turn("go")
+        await conversation.user_turn("actually, start over")
+        ctx = await conversation.user_turn("go")
         assert runner.main.done_steps == ["name", "size"]
         assert runner.main.active_steps == ["book"]
         assert not runner.main.is_complete
-        assert refusal(session, "book_table") is None
+        assert refusal(conversation, "book_table") is None
         assert ctx.tools == ("book_table",)
 
 
@@ -394,12 +397,13 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         "cancel", is_true("turn:cancel"), instant("bye", "Confirm the cancellation."), "terminate"
     )
     faq = Digression("faq", is_true("turn:faq"), side("faq"))
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [cancel, faq]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [cancel, faq]))
         state.set("name", "Ann")
-        await session.conversation.user_turn("Ann")
+        await conversation.user_turn("Ann")
         state.set("turn:cancel", True)
-        ctx = await session.conversation.user_turn("cancel everything")
+        ctx = await conversation.user_turn("cancel everything")
         reason = ended("cancel")
         assert ctx.postures == ("Confirm the cancellation.",)
         assert state.get(TERMINATED_KEY) is True
@@ -412,17 +416,17 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         assert ctx.reprompts == ()
         assert ctx.unmet == ()
         for tool in TOOLS:
-            assert refusal(session, tool) == reason
+            assert refusal(conversation, tool) == reason
             assert runner.admit(tool) == Admission(tool, False, reason)
             assert (runner.admit(tool, record=False).reason or None) == reason
         assert runner.history == [(2, "cancel", "entered"), (2, "cancel", "terminated")]
 
-        await session.conversation.tool_ok("book_table")  # ignored: nothing is governed any more
+        await conversation.tool_ok("book_table")  # ignored: nothing is governed any more
         assert runner.main.marking.tools_ok == {}
         assert runner.current.marking.tools_ok == {}
 
         state.update({"size": 3, "turn:faq": True})
-        ctx = await session.conversation.user_turn("wait, a question")
+        ctx = await conversation.user_turn("wait, a question")
         assert ctx.postures == ()
         assert ctx.grounds == ()
         assert ctx.unmet == ()
@@ -431,8 +435,8 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         assert ctx.refused == dict.fromkeys(TOOLS, reason)
         assert ctx.voice_timing is None
         assert runner.active_steps == []
-        assert runner.unmet_requirements() == []
-        assert runner.main.unmet_requirements() == ["book"]  # what the call never finished
+        assert list(runner.brief().unmet) == []
+        assert list(runner.main.brief().unmet) == ["book"]  # what the call never finished
         assert runner.main.active_steps == ["size"]  # frozen where it was
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
@@ -447,15 +451,16 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
 async def test_terminate_in_observe_mode_admits_every_tool_with_a_violation() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:stop"), instant("bye", "Bye."), "terminate")
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [cancel]), enforcement="observe")
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [cancel]), enforcement="observe")
         assert runner.enforcement is Enforcement.OBSERVE
         state.set("turn:stop", True)
-        ctx = await session.conversation.user_turn("stop")
+        ctx = await conversation.user_turn("stop")
         assert ctx.refused == {}
         assert ctx.tools == tuple(TOOLS)
         for tool in TOOLS:
-            assert refusal(session, tool) is None
+            assert refusal(conversation, tool) is None
             assert runner.admit(tool) == Admission(tool, True, ended("cancel"), violation=True)
             assert runner.admit(tool, record=False).reason == ended("cancel")
 
@@ -469,22 +474,21 @@ async def test_digressions_are_one_level_deep() -> None:
     faq = Digression("faq", is_true("turn:faq"), side("faq"))
     cancel = Digression("cancel", is_true("cancel"), instant("cancel", "Bye."), "terminate")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(booking(), [faq, cancel]))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(booking(), [faq, cancel]))
         state.set("turn:faq", True)
-        await session.conversation.user_turn("question")
+        await conversation.user_turn("question")
         state.set("cancel", True)  # would start "cancel", but "faq" has the floor
-        ctx = await session.conversation.user_turn("actually cancel")
+        ctx = await conversation.user_turn("actually cancel")
         assert runner.overlay == "faq"
         assert not runner.is_terminated
         assert ctx.postures == ("Answer the faq question.",)
         state.set("turn:faq", True)  # its own trigger again: nothing restarts
-        await session.conversation.user_turn("faq again")
+        await conversation.user_turn("faq again")
         assert runner.history == [(1, "faq", "entered")]
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
-        ctx = await session.conversation.user_turn(
-            "so"
-        )  # faq left; "cancel" still holds: it starts now
+        await conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("so")  # faq left; "cancel" still holds: it starts now
         assert runner.is_terminated
         assert ctx.postures == ("Bye.",)
         assert runner.history == [
@@ -501,9 +505,10 @@ async def test_the_first_matching_digression_in_order_wins(order: tuple[str, str
     state = State()
     digressions = [Digression(n, is_true("turn:both"), side(n)) for n in order]
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(booking(), digressions))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(booking(), digressions))
         state.set("turn:both", True)
-        ctx = await session.conversation.user_turn("x")
+        ctx = await conversation.user_turn("x")
         assert runner.overlay == order[0]
         assert ctx.postures == (f"Answer the {order[0]} question.",)
         assert runner.history == [(1, order[0], "entered")]
@@ -528,21 +533,18 @@ async def test_a_digression_starting_on_the_turn_main_would_escalate_holds_main_
     )
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(main, [hours]))
-        ctx = await session.conversation.user_turn("uh")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(main, [hours]))
+        ctx = await conversation.user_turn("uh")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("turn:hours", True)
-        ctx = await session.conversation.user_turn(
-            "when do you open?"
-        )  # main's second stuck turn ...
+        ctx = await conversation.user_turn("when do you open?")  # main's second stuck turn ...
         assert runner.overlay == "hours"
         assert ctx.postures == ("We open at nine.",)
         assert ctx.reprompts == ()
         assert runner.main.active_steps == ["ask"]  # ... is not counted: no escalation
-        assert not state.contains(escalate_key("ask"))
-        ctx = await session.conversation.user_turn(
-            "uh"
-        )  # back in main: this turn counts, it escalates
+        assert escalate_key("ask") not in state
+        ctx = await conversation.user_turn("uh")  # back in main: this turn counts, it escalates
         assert runner.main.done_steps == ["ask", "human"]
         assert state.get(escalate_key("ask")) is True
         assert ctx.postures == ("Hand over to a person.",)
@@ -555,9 +557,10 @@ async def test_a_write_that_advances_main_before_the_trigger_is_kept() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "turn:faq": True})
-        ctx = await session.conversation.user_turn("Ann here, quick question")
+        ctx = await conversation.user_turn("Ann here, quick question")
         assert runner.overlay == "faq"
         assert runner.main.done_steps == ["name"]
         assert runner.main.active_steps == ["size"]
@@ -569,15 +572,16 @@ async def test_a_digression_complete_on_its_entry_turn_is_spoken_for_that_turn()
     state = State()
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(booking(), [hours]))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(booking(), [hours]))
         state.set("turn:hours", True)
-        ctx = await session.conversation.user_turn("when do you open?")
+        ctx = await conversation.user_turn("when do you open?")
         assert runner.overlay == "hours"
         assert runner.current.is_complete
         assert ctx.postures == ("We open at nine.",)
         assert ctx.lines[0] == "We open at nine."
         assert not runner.is_complete  # the main flow is not
-        ctx = await session.conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("thanks")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == [(1, "hours", "entered"), (2, "hours", "resumed")]
@@ -591,19 +595,22 @@ async def test_the_same_digression_entered_twice_gets_a_fresh_runner(durable: bo
     asked = Count("faq_opened")
     faq = side("faq", on_enter=run(asked.resolver), done_key="turn:answered")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:q"), faq)]))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
+            FlowStack(booking(), [Digression("faq", is_true("turn:q"), faq)])
+        )
         state.set("turn:q", True)
-        await session.conversation.user_turn("question")
+        await conversation.user_turn("question")
         await session.wait_idle()
         first = runner.current
         assert asked.calls == 1
         state.set("turn:answered", True)
-        await session.conversation.user_turn("got it")
+        await conversation.user_turn("got it")
         assert state.get("flow:faq:done") == ["q", "close"]
-        await session.conversation.user_turn("back")
+        await conversation.user_turn("back")
         assert first.closed
         state.set("turn:q", True)
-        ctx = await session.conversation.user_turn("another question")
+        ctx = await conversation.user_turn("another question")
         await session.wait_idle()
         second = runner.current
         assert second is not first
@@ -625,15 +632,15 @@ async def test_a_stack_runner_driven_by_hand_without_a_session() -> None:
         state.set("intent:faq", True)
         await runner.on_turn()
         assert repr(runner) == "<StackRunner 'booking' in 'faq'>"
-        assert runner.postures() == ["Answer the faq question."]
+        assert list(runner.brief().postures) == ["Answer the faq question."]
         assert runner.verdict("q") is Verdict.ACTIVE
         assert runner.explain().flow == "faq"
         state.update({"faq:answered": True, "intent:faq": False})
         await runner.on_turn()
-        assert runner.postures() == ["Close the faq detour."]
+        assert list(runner.brief().postures) == ["Close the faq detour."]
         await runner.on_turn()
         assert runner.overlay is None
-        assert runner.postures() == [ASK_NAME]
+        assert list(runner.brief().postures) == [ASK_NAME]
         assert runner.turns == 3
     assert runner.closed
     assert runner.main.closed
@@ -664,17 +671,18 @@ async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marki
         Digression("faq", all_(done("name"), is_true("turn:faq")), side("faq")),
     ]
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(booking(), digressions))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(booking(), digressions))
         state.set("turn:faq", True)
         with caplog.at_level("ERROR", logger="slateflow.flow"):
-            ctx = await session.conversation.user_turn("question first")
+            ctx = await conversation.user_turn("question first")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert [r.getMessage() for r in caplog.records] == [
             "flow stack 'booking': the trigger of 'broken' raised"
         ]
         state.update({"name": "Ann", "turn:faq": True})
-        ctx = await session.conversation.user_turn("Ann; a question")
+        ctx = await conversation.user_turn("Ann; a question")
         assert runner.overlay == "faq"
         assert ctx.postures == ("Answer the faq question.",)
         assert runner.history == [(2, "faq", "entered")]
@@ -684,21 +692,22 @@ async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marki
 async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
-        await session.conversation.user_turn("Ann, two")
+        await conversation.user_turn("Ann, two")
         assert runner.main.active_steps == ["book"]
         state.set("turn:faq", True)
-        await session.conversation.user_turn("hours?")
-        await session.conversation.tool_ok("book_table")
+        await conversation.user_turn("hours?")
+        await conversation.tool_ok("book_table")
         assert runner.main.marking.tools_ok == {"book_table": 1}  # counted ...
         assert runner.main.active_steps == ["book"]  # ... but not acted on while suspended
         assert runner.current.marking.tools_ok == {"book_table": 1}
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         assert not runner.is_complete  # the digression still speaks
-        ctx = await session.conversation.user_turn("bye")
+        ctx = await conversation.user_turn("bye")
         assert runner.main.done_steps == ["name", "size", "book", "bye"]
         assert runner.is_complete
         assert ctx.postures == (BYE,)
@@ -709,11 +718,12 @@ async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() ->
 async def test_observe_mode_reports_a_main_constraint_breach_during_a_digression() -> None:
     state = State()
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [hours]), enforcement="observe")
-        await session.conversation.tool_ok("book_table")
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [hours]), enforcement="observe")
+        await conversation.tool_ok("book_table")
         state.set("turn:hours", True)
-        await session.conversation.user_turn("when do you open?")
+        await conversation.user_turn("when do you open?")
         reason = runner.admit("book_table", record=False).reason or None
         assert reason == (
             "'book_table' has already run and may run only once in this conversation. "
@@ -819,7 +829,7 @@ async def test_a_digression_flow_with_problems_is_reported_when_the_stack_starts
     assert repr(stack) == "<FlowStack 'booking' + [bad]>"
     async with Session(State(), clock=ManualClock()) as session:
         with pytest.raises(FlowDefinitionError) as raised:
-            session.run_flow(stack)
+            stack.start(session)
     assert "flow 'bad' has 1 problem(s)" in str(raised.value)
     assert "step 'a' comes after unknown step 'nowhere'" in str(raised.value)
 
@@ -845,15 +855,16 @@ def asking(policy: RepairPolicy, *, timing: VoiceTiming | None = None) -> Flow:
 async def test_reprompt_after_n_turns_stuck(after: int) -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(asking(RepairPolicy(reprompt_after=after, escalate_after=9)))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(asking(RepairPolicy(reprompt_after=after, escalate_after=9)))
         seen = []
         for _ in range(4):
-            ctx = await session.conversation.user_turn("um")
+            ctx = await conversation.user_turn("um")
             seen.append((state.get(reprompt_key("ask")), ctx.reprompts))
         # The key is written when it first rises (absent before).
         want = [(True, (DEFAULT_REPROMPT,)) if n >= after else (None, ()) for n in range(1, 5)]
         assert seen == want
-        assert not state.contains(escalate_key("ask"))
+        assert escalate_key("ask") not in state
         assert runner.active_steps == ["ask"]
 
 
@@ -862,8 +873,9 @@ async def test_the_reprompt_line_is_the_steps_own_timing_text() -> None:
     state = State()
     timing = VoiceTiming(reprompt="Ask again: how many people?")
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
-        ctx = await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        conversation.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask again: how many people?",)
         assert ctx.lines == (
             "Ask the size.",
@@ -878,8 +890,9 @@ async def test_a_timing_without_reprompt_text_reprompts_with_the_default() -> No
     state = State()
     timing = VoiceTiming(end_of_speech_ms=500, interruptible=False)
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
-        ctx = await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        conversation.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert ctx.voice_timing == {"interruptible": False, "end_of_speech_ms": 500}
 
@@ -889,16 +902,17 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
     state = State()
     policy = RepairPolicy(reprompt_after=1, escalate_after=3, escalate_to="human", flag="help")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(asking(policy))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(asking(policy))
         assert runner.active_steps == ["ask"]  # the target has no after: not started with it
         assert runner.verdict("human") is Verdict.PENDING
         for _ in range(2):
-            await session.conversation.user_turn("um")
+            await conversation.user_turn("um")
             assert runner.active_steps == ["ask"]
             assert state.get(reprompt_key("ask")) is True
-            assert not state.contains(escalate_key("ask"))
-            assert not state.contains("help")
-        ctx = await session.conversation.user_turn("um")
+            assert escalate_key("ask") not in state
+            assert "help" not in state
+        ctx = await conversation.user_turn("um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["human"]
         assert state.get(escalate_key("ask")) is True
@@ -909,7 +923,7 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
         assert runner.verdict("confirm") is Verdict.PENDING
         # The fact arriving late does not send the flow down the normal path.
         state.set("size", 4)
-        await session.conversation.user_turn("oh, four")
+        await conversation.user_turn("oh, four")
         assert runner.active_steps == ["human"]
         assert runner.done_steps == ["ask"]
         assert state.get("flow:intake:active") == ["human"]
@@ -919,16 +933,17 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
 async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session)
         policy = RepairPolicy(reprompt_after=1, escalate_after=2, flag="help")
-        runner = session.run_flow(asking(policy))
-        await session.conversation.user_turn("um")
-        ctx = await session.conversation.user_turn("um")
+        runner = conversation.run_flow(asking(policy))
+        await conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert runner.active_steps == ["ask"]
         assert state.get(escalate_key("ask")) is True
         assert state.get("help") is True
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("size", 2)
-        ctx = await session.conversation.user_turn("two")
+        ctx = await conversation.user_turn("two")
         assert runner.active_steps == ["confirm"]
         assert state.get(reprompt_key("ask")) is False
         assert ctx.reprompts == ()
@@ -942,16 +957,17 @@ async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step
 async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session)
         policy = RepairPolicy(reprompt_after=2, escalate_after=2, escalate_to="human")
-        runner = session.run_flow(asking(policy))
-        await session.conversation.user_turn("um")
+        runner = conversation.run_flow(asking(policy))
+        await conversation.user_turn("um")
         for i in range(4):
-            await session.conversation.tool_ok("lookup")
+            await conversation.tool_ok("lookup")
             state.set("noise", i)
             runner.advance()
-        assert not state.contains(reprompt_key("ask"))
+        assert reprompt_key("ask") not in state
         assert runner.active_steps == ["ask"]
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert state.get(escalate_key("ask")) is True
         assert runner.active_steps == ["human"]
 
@@ -960,15 +976,16 @@ async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
 async def test_the_reprompt_key_goes_false_when_the_step_completes() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(asking(RepairPolicy(reprompt_after=1, escalate_after=5)))
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(asking(RepairPolicy(reprompt_after=1, escalate_after=5)))
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("size", 3)  # completes at once, between turns
         assert runner.active_steps == ["confirm"]
         assert state.get(reprompt_key("ask")) is False
-        ctx = await session.conversation.user_turn("three")
+        ctx = await conversation.user_turn("three")
         assert ctx.reprompts == ()
-        assert not state.contains(escalate_key("ask"))
+        assert escalate_key("ask") not in state
 
 
 @pytest.mark.anyio
@@ -987,19 +1004,20 @@ async def test_repair_keys_go_false_when_the_step_leaves_without_completing() ->
     )
     state.set("open", True)
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(flow)
-        await session.conversation.user_turn("um")
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
+        await conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert (state.get(reprompt_key("ask")), state.get(escalate_key("ask"))) == (True, True)
         assert state.get("help") is True
         state.set("open", False)
         assert runner.active_steps == []
         assert state.get(reprompt_key("ask")) is False
-        await session.conversation.user_turn("hello?")
+        await conversation.user_turn("hello?")
         assert state.get(escalate_key("ask")) is False
         assert state.get("help") is False
         state.set("open", True)  # back: counted from zero
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         assert state.get(escalate_key("ask")) is False
 
@@ -1021,9 +1039,10 @@ async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
         constraints=[reset("ask").when(is_true("retry"))],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(flow)
-        await session.conversation.user_turn("um")
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
+        await conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["human"]
         assert state.get(escalate_key("ask")) is True
@@ -1033,7 +1052,7 @@ async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
         assert runner.done_steps == []
         assert state.get(escalate_key("ask")) is False
         assert state.get(reprompt_key("ask")) is False
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         assert state.get(escalate_key("ask")) is False
         state.set("size", 2)  # now the normal successor is open
@@ -1049,18 +1068,19 @@ async def test_a_reset_of_a_stuck_step_before_escalation_clears_its_reprompt() -
         constraints=[reset("ask").when(is_true("retry"))],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(flow)
-        await session.conversation.user_turn("um")
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
+        await conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("retry", True)
         assert runner.active_steps == ["ask"]
         assert state.get(reprompt_key("ask")) is False
-        await session.conversation.user_turn("um")  # one turn since the reset
+        await conversation.user_turn("um")  # one turn since the reset
         assert state.get(reprompt_key("ask")) is False
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
-        await session.conversation.user_turn("um")  # three turns since the reset (five in all)
+        await conversation.user_turn("um")  # three turns since the reset (five in all)
         assert state.get(escalate_key("ask")) is True
 
 
@@ -1080,10 +1100,11 @@ async def test_two_stuck_steps_each_get_their_reprompt_in_flow_order() -> None:
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(flow)
-        ctx = await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        conversation.run_flow(flow)
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask A again.",)
-        ctx = await session.conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask A again.", DEFAULT_REPROMPT)
 
 
@@ -1109,17 +1130,18 @@ async def test_escalations_chain_and_a_target_does_not_count_its_entry_turn() ->
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(flow)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(flow)
         assert runner.active_steps == ["ask"]
-        await session.conversation.user_turn("um")
-        ctx = await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert runner.active_steps == ["human"]
-        assert not state.contains(reprompt_key("human"))  # entered by escalation this turn
+        assert reprompt_key("human") not in state  # entered by escalation this turn
         assert ctx.reprompts == ()
-        ctx = await session.conversation.user_turn("hello?")
+        ctx = await conversation.user_turn("hello?")
         assert state.get(reprompt_key("human")) is True
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        ctx = await session.conversation.user_turn("hello??")
+        ctx = await conversation.user_turn("hello??")
         assert runner.done_steps == ["ask", "human", "voicemail"]
         assert runner.is_complete
         assert ctx.postures == ("Offer voicemail.",)
@@ -1134,11 +1156,12 @@ async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered
     state = State()
     policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="confirm")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(asking(policy))
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(asking(policy))
+        await conversation.user_turn("um")
         if answered:
             state.set("size", 2)
-        await session.conversation.user_turn("two" if answered else "um")
+        await conversation.user_turn("two" if answered else "um")
         assert runner.done_steps == ["ask"]
         assert runner.active_steps == ["confirm"]
         assert state.get(escalate_key("ask"), False) is not answered
@@ -1148,21 +1171,22 @@ async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered
 async def test_the_turn_a_step_is_entered_on_is_not_a_stuck_turn() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
             booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=2))
         )
         # The extractor hears the name during the turn: that turn enters the size step.
-        session.conversation.add_extractor(
+        conversation.add_extractor(
             Extract("who").field_to("name", "name", regex(r"I'm (\w+)", group=1)).build()
         )
-        ctx = await session.conversation.user_turn("I'm Ann")
+        ctx = await conversation.user_turn("I'm Ann")
         assert runner.active_steps == ["size"]
         assert ctx.postures == (ASK_SIZE,)
         assert ctx.reprompts == ()
-        assert not state.contains(reprompt_key("size"))
-        ctx = await session.conversation.user_turn("um")  # asked once, not answered
+        assert reprompt_key("size") not in state
+        ctx = await conversation.user_turn("um")  # asked once, not answered
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        assert not state.contains(escalate_key("size"))
+        assert escalate_key("size") not in state
 
 
 def test_a_flow_runner_counts_repair_only_on_turns() -> None:
@@ -1173,13 +1197,13 @@ def test_a_flow_runner_counts_repair_only_on_turns() -> None:
         with FlowRunner(asking(policy), state) as runner:
             runner.on_tool_ok("x")
             runner.advance()
-            assert runner.reprompts() == []
+            assert list(runner.brief().reprompts) == []
             await runner.on_turn()
-            assert runner.reprompts() == [DEFAULT_REPROMPT]
+            assert list(runner.brief().reprompts) == [DEFAULT_REPROMPT]
             assert state.get(reprompt_key("ask")) is True
             await runner.on_turn()
             assert runner.active_steps == ["human"]
-            assert runner.reprompts() == []
+            assert list(runner.brief().reprompts) == []
 
     anyio.run(body)
 
@@ -1208,7 +1232,7 @@ async def test_an_unknown_escalation_target_is_reported_when_the_flow_starts() -
     flow = Flow("f", [Step("a", done=is_true("a"), repair=RepairPolicy(escalate_to="ghost"))])
     async with Session(State(), clock=ManualClock()) as session:
         with pytest.raises(FlowDefinitionError, match="escalates to unknown step 'ghost'"):
-            session.run_flow(flow)
+            flow.start(session)
 
 
 # -- voice timing ---------------------------------------------------------------------------------
@@ -1361,51 +1385,53 @@ async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
-        ctx = await session.conversation.user_turn("hello")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
+        ctx = await conversation.user_turn("hello")
         both = {"reprompt_after_ms": 5000, "interruptible": False, "end_of_speech_ms": 700}
         assert state.get(VOICE_TIMING_KEY) == both
         assert ctx.voice_timing == both
-        assert runner.voice_timing() == VT(
+        assert runner.brief().timing == VT(
             reprompt_after_ms=5000, interruptible=False, end_of_speech_ms=700
         )
         state.set("consented", True)
-        ctx = await session.conversation.user_turn("yes")
+        ctx = await conversation.user_turn("yes")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("question")
+        ctx = await conversation.user_turn("question")
         assert ctx.voice_timing == {"reprompt_after_ms": 3000}
         assert state.get(VOICE_TIMING_KEY) == {"reprompt_after_ms": 3000}
         state.set("faq:done", True)
-        ctx = await session.conversation.user_turn("thanks")  # closing turn: nothing active in faq
+        ctx = await conversation.user_turn("thanks")  # closing turn: nothing active in faq
         assert ctx.voice_timing is None
-        assert not state.contains(VOICE_TIMING_KEY)
-        ctx = await session.conversation.user_turn("back")
+        assert VOICE_TIMING_KEY not in state
+        ctx = await conversation.user_turn("back")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 700}
         state.set("greeted", True)
-        ctx = await session.conversation.user_turn("hi")
+        ctx = await conversation.user_turn("hi")
         assert runner.active_steps == ["plain"]  # no timing on it: the key goes
         assert ctx.voice_timing is None
-        assert not state.contains(VOICE_TIMING_KEY)
+        assert VOICE_TIMING_KEY not in state
         state.set("plain", True)
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.voice_timing == {"filler_after_ms": 1500}
         state.set("turn:bye", True)
-        ctx = await session.conversation.user_turn("bye")
+        ctx = await conversation.user_turn("bye")
         assert ctx.voice_timing is None
-        assert runner.voice_timing() is None
-        assert not state.contains(VOICE_TIMING_KEY)
-        await session.conversation.user_turn("still there?")
-        assert not state.contains(VOICE_TIMING_KEY)
-        assert session.conversation.context_now().voice_timing is None
+        assert runner.brief().timing is None
+        assert VOICE_TIMING_KEY not in state
+        await conversation.user_turn("still there?")
+        assert VOICE_TIMING_KEY not in state
+        assert conversation.context_now().voice_timing is None
 
 
 @pytest.mark.anyio
 async def test_timing_follows_a_step_change_between_turns() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(timed_main())
-        await session.conversation.user_turn("hello")
+        conversation = Conversation(session)
+        conversation.run_flow(timed_main())
+        await conversation.user_turn("hello")
         assert state.get(VOICE_TIMING_KEY)["interruptible"] is False
         state.set("consented", True)  # no turn: the session re-publishes in a task
         await settle()
@@ -1429,9 +1455,10 @@ async def test_a_terminal_steps_timing_applies_while_its_closing_words_are_said(
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(flow)
+        conversation = Conversation(session)
+        conversation.run_flow(flow)
         state.set("asked", True)
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.postures == ("Read the disclosure.",)
         assert ctx.voice_timing == {"interruptible": False}
 
@@ -1485,18 +1512,19 @@ def test_a_step_with_escalate_to_completes_normally_or_escalates_never_both(
         )
         detour = Digression("detour", is_true("turn:detour"), instant("detour", "Detour."))
         async with Session(state, clock=ManualClock()) as session:
-            runner = session.run_flow(FlowStack(asking(policy), [detour]))
+            conversation = Conversation(session)
+            runner = conversation.run_flow(FlowStack(asking(policy), [detour]))
             main = runner.main
             got: list[tuple[bool, bool, str | None]] = []
             for event in events:
                 if event == "tool":
-                    await session.conversation.tool_ok("lookup")
+                    await conversation.tool_ok("lookup")
                     continue
                 if event == "answer":
                     state.set("size", 2)
                 elif event == "detour":
                     state.set("turn:detour", True)
-                ctx = await session.conversation.user_turn(event)
+                ctx = await conversation.user_turn(event)
                 assert (runner.overlay == "detour") is (event == "detour")
                 normal = "confirm" in main.active_steps or "confirm" in main.done_steps
                 escalated = "human" in main.active_steps
@@ -1553,10 +1581,11 @@ PAID_ONCE = (
 async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_count() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=PAY_TOOLS)
+        runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("a question first")
+        ctx = await conversation.user_turn("a question first")
         assert runner.overlay == "faq"
         # The digression restricts nothing; main's commit and never still bind.
         assert ctx.tools == ("lookup_hours",)
@@ -1567,23 +1596,23 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
         )
         assert not runner.admit("pay").allowed
         assert runner.admit("pay").reason == ctx.refused["pay"]
-        assert refusal(session, "transfer") == ctx.refused["transfer"]
+        assert refusal(conversation, "transfer") == ctx.refused["transfer"]
 
         state.update({"confirmed": True, "name": "Ann"})
-        ctx = await session.conversation.user_turn("yes, confirmed; I'm Ann")
+        ctx = await conversation.user_turn("yes, confirmed; I'm Ann")
         # The guards of main's constraints read the State live, even while main is suspended.
         assert runner.main.active_steps == ["name"]
         assert runner.admit("pay") == Admission("pay", True)
-        assert refusal(session, "transfer") is None
+        assert refusal(conversation, "transfer") is None
         assert ctx.tools == tuple(PAY_TOOLS)
-        await session.conversation.tool_ok("pay")  # it ran during the digression: main counts it
+        await conversation.tool_ok("pay")  # it ran during the digression: main counts it
         assert runner.main.marking.tools_ok == {"pay": 1}
-        assert refusal(session, "pay") == PAID_ONCE
+        assert refusal(conversation, "pay") == PAID_ONCE
         assert runner.admit("pay") == Admission("pay", False, PAID_ONCE)
 
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
-        ctx = await session.conversation.user_turn("back to it")
+        await conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("back to it")
         assert runner.overlay is None
         # Main caught up: the name and the payment made during the detour complete its steps.
         assert runner.main.done_steps == ["name", "pay", "bye"]
@@ -1591,19 +1620,20 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
         assert ctx.postures == (BYE,)
         # commit = at most once: still refused after resuming.
         assert ctx.refused == {"pay": PAID_ONCE}
-        assert refusal(session, "pay") == PAID_ONCE
+        assert refusal(conversation, "pay") == PAID_ONCE
 
 
 @pytest.mark.anyio
 async def test_observe_mode_records_a_main_constraint_breach_during_a_digression() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
-        runner = session.run_flow(stack, enforcement="observe")
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=PAY_TOOLS)
+        runner = conversation.run_flow(stack, enforcement="observe")
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("question")
+        ctx = await conversation.user_turn("question")
         assert ctx.refused == {}
-        assert refusal(session, "pay") is None
+        assert refusal(conversation, "pay") is None
         assert runner.main.violations == []
         admission = runner.admit("pay")
         assert admission.allowed
@@ -1619,10 +1649,11 @@ async def test_observe_mode_records_a_main_constraint_breach_during_a_digression
 async def test_a_main_constraint_refusal_during_a_digression_fits_the_speaking_layer() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock(), tools=PAY_TOOLS) as session:
-        session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=PAY_TOOLS)
+        conversation.run_flow(stack)
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("a question first")
+        ctx = await conversation.user_turn("a question first")
         assert ctx.tools == ("lookup_hours",)
         reason = ctx.refused["pay"]
         assert "No tool is available right now" not in reason
@@ -1636,18 +1667,19 @@ async def test_main_on_enter_actions_wait_for_the_catch_up_after_a_digression() 
     main = booking(size_enter=run(Resolver.fetch("size_info", size_info)))
     stack = FlowStack(main, [Digression("faq", is_true("turn:faq"), chat("faq"))])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
-        await session.conversation.user_turn("question")
+        await conversation.user_turn("question")
         state.set("name", "Ann")  # would enter "size", but main is suspended
         await session.wait_idle()
         assert size_info.call_count == 0
         assert runner.main.active_steps == ["name"]
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         await session.wait_idle()
         assert size_info.call_count == 0
-        ctx = await session.conversation.user_turn("back")
+        ctx = await conversation.user_turn("back")
         await session.wait_idle()
         assert runner.main.active_steps == ["size"]
         assert size_info.call_count == 1
@@ -1659,21 +1691,22 @@ async def test_main_on_enter_actions_wait_for_the_catch_up_after_a_digression() 
 async def test_a_digression_after_main_completes_reopens_the_call_until_it_ends() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock(), tools=TOOLS) as session:
-        runner = session.run_flow(stack)
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=TOOLS)
+        runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
-        await session.conversation.user_turn("Ann, two")
-        await session.conversation.tool_ok("book_table")
+        await conversation.user_turn("Ann, two")
+        await conversation.tool_ok("book_table")
         assert runner.is_complete
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("one more thing")
+        ctx = await conversation.user_turn("one more thing")
         assert not runner.is_complete
         assert ctx.postures == ("Answer the faq question.",)
         assert ctx.unmet == ()
         state.set("faq:answered", True)
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         assert not runner.is_complete
-        ctx = await session.conversation.user_turn("bye")
+        ctx = await conversation.user_turn("bye")
         assert runner.is_complete
         assert ctx.postures == (BYE,)  # main's closing words again
         assert runner.history == [(2, "faq", "entered"), (4, "faq", "resumed")]
@@ -1685,16 +1718,17 @@ async def test_restart_after_an_escalation_clears_its_keys_flag_and_target() -> 
     policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human", flag="help")
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(asking(policy), [over]))
-        await session.conversation.user_turn("um")
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(FlowStack(asking(policy), [over]))
+        await conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert runner.main.active_steps == ["human"]
         assert (state.get(escalate_key("ask")), state.get("help")) == (True, True)
         state.set("turn:over", True)
-        ctx = await session.conversation.user_turn("start over")
+        ctx = await conversation.user_turn("start over")
         assert ctx.postures == ("Start over.",)
         assert runner.main.active_steps == ["human"]  # untouched until the next turn
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert runner.main.active_steps == ["ask"]
         assert runner.main.done_steps == []
         assert runner.main.verdict("human") is Verdict.PENDING
@@ -1703,9 +1737,9 @@ async def test_restart_after_an_escalation_clears_its_keys_flag_and_target() -> 
         assert state.get(reprompt_key("ask")) is False
         assert ctx.postures == ("Ask the size.",)
         assert ctx.reprompts == ()  # the restart turn entered the step: not a stuck turn
-        ctx = await session.conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("um")
         assert runner.main.active_steps == ["human"]
         assert state.get("help") is True
 
@@ -1729,15 +1763,16 @@ async def test_a_digressions_repair_does_not_count_the_turn_that_started_it() ->
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:faq"), faq)]))
+        conversation = Conversation(session)
+        conversation.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:faq"), faq)]))
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("when do you open?")
+        ctx = await conversation.user_turn("when do you open?")
         assert ctx.postures == ("Answer the faq question.",)
         assert ctx.reprompts == ()
-        assert not state.contains(reprompt_key("q"))
-        ctx = await session.conversation.user_turn("um")
+        assert reprompt_key("q") not in state
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
-        assert not state.contains(escalate_key("q"))
+        assert escalate_key("q") not in state
 
 
 @pytest.mark.anyio
@@ -1760,32 +1795,35 @@ async def test_a_digressions_repair_reprompts_in_its_own_layer() -> None:
     )
     main = booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=9))
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)]))
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
+            FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)])
+        )
         state.set("name", "Ann")
-        await session.conversation.user_turn("Ann")
-        ctx = await session.conversation.user_turn("um")
+        await conversation.user_turn("Ann")
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         state.set("turn:faq", True)
-        ctx = await session.conversation.user_turn("question")
+        ctx = await conversation.user_turn("question")
         assert ctx.reprompts == ()  # main's line is not said; the detour has just begun
-        ctx = await session.conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask what they want to know.",)
         assert state.get(reprompt_key("q")) is True
         assert state.get(reprompt_key("size")) is True  # main's, frozen while it is suspended
-        assert not state.contains("faq:stuck")
-        ctx = await session.conversation.user_turn("um")
+        assert "faq:stuck" not in state
+        ctx = await conversation.user_turn("um")
         assert state.get(escalate_key("q")) is True
         assert state.get("faq:stuck") is True
         assert runner.current.active_steps == ["q"]  # no target: it stays on the step
-        assert not state.contains(escalate_key("size"))  # main was not counted meanwhile
+        assert escalate_key("size") not in state  # main was not counted meanwhile
         state.set("faq:answered", True)
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.reprompts == ()
         assert state.get(reprompt_key("q")) is False
-        ctx = await session.conversation.user_turn("back")
+        ctx = await conversation.user_turn("back")
         assert runner.overlay is None
         assert ctx.reprompts == (DEFAULT_REPROMPT,)  # main's step is still stuck
-        assert not state.contains(escalate_key("size"))
+        assert escalate_key("size") not in state
 
 
 @pytest.mark.anyio
@@ -1797,9 +1835,10 @@ async def test_a_terminating_digressions_closing_words_keep_their_timing() -> No
     )
     stack = FlowStack(booking(), [Digression("bye", is_true("turn:bye"), bye, "terminate")])
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(stack)
+        conversation = Conversation(session)
+        conversation.run_flow(stack)
         state.set("turn:bye", True)
-        ctx = await session.conversation.user_turn("cancel")
+        ctx = await conversation.user_turn("cancel")
         assert ctx.postures == ("Read the terms.",)
         assert ctx.voice_timing == {"interruptible": False}
 
@@ -1816,16 +1855,17 @@ async def test_a_digressions_closing_step_timing_is_published_on_its_closing_tur
     )
     stack = FlowStack(booking(), [Digression("note", is_true("turn:note"), bye, resume)])
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(stack)
+        conversation = Conversation(session)
+        conversation.run_flow(stack)
         state.set("turn:note", True)
-        ctx = await session.conversation.user_turn("read me the note")
+        ctx = await conversation.user_turn("read me the note")
         assert ctx.postures == ("Read the note.",)
         assert ctx.voice_timing == {"interruptible": False}
         assert state.get(VOICE_TIMING_KEY) == {"interruptible": False}
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.postures == (ASK_NAME,)
         assert ctx.voice_timing is None
-        assert not state.contains(VOICE_TIMING_KEY)
+        assert VOICE_TIMING_KEY not in state
 
 
 # -- repair and timing survive JSON ---------------------------------------------------------------
@@ -1863,11 +1903,12 @@ async def test_a_flow_read_from_json_repairs_and_times_like_the_original() -> No
     back = Flow.from_json(json.loads(json.dumps(flow.to_json())))
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(back)
-        ctx = await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(back)
+        ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Again?",)
         assert ctx.voice_timing == {"reprompt": "Again?", "interruptible": False}
-        ctx = await session.conversation.user_turn("um")
+        ctx = await conversation.user_turn("um")
         assert runner.active_steps == ["human"]
         assert state.get("help") is True
         assert ctx.postures == ("Hand over to a person.",)
@@ -1964,7 +2005,8 @@ def test_a_reset_puts_a_stuck_or_escalated_step_back_to_its_first_turn(
     async def body() -> None:
         state = State()
         async with Session(state, clock=ManualClock()) as session:
-            runner = session.run_flow(retry_flow(reprompt_after, escalate_after))
+            conversation = Conversation(session)
+            runner = conversation.run_flow(retry_flow(reprompt_after, escalate_after))
             phase, stuck = "ask", 0
             for event in events:
                 if event == "answer":
@@ -1978,7 +2020,7 @@ def test_a_reset_puts_a_stuck_or_escalated_step_back_to_its_first_turn(
                     assert runner.active_steps == ["ask"]
                     assert state.get(reprompt_key("ask"), False) is False
                     assert state.get(escalate_key("ask"), False) is False
-                ctx = await session.conversation.user_turn(event)
+                ctx = await conversation.user_turn(event)
                 if phase == "ask":
                     stuck += 1
                     if stuck >= escalate_after:
@@ -2023,22 +2065,23 @@ def cancelling() -> Flow:
 async def test_a_terminate_digression_completed_by_a_tool_closes_the_call_right_then() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:cancel"), cancelling(), "terminate")
-    async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [cancel]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=CANCEL_TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        ctx = await session.conversation.user_turn("cancel my booking")
+        ctx = await conversation.user_turn("cancel my booking")
         assert ctx.tools == ("cancel_booking",)
         assert ctx.postures == ("Cancel the booking.",)
-        await session.conversation.tool_ok("cancel_booking")
+        await conversation.tool_ok("cancel_booking")
         assert runner.current.is_complete
         assert runner.history == [(1, "cancel", "entered"), (1, "cancel", "terminated")]
         # The model's reply after the tool carries the closing words, and no tool.
-        now = session.conversation.context_now()
+        now = conversation.context_now()
         assert now.postures == ("Say goodbye.",)
         assert now.tools == ()
         assert now.refused == dict.fromkeys([*CANCEL_TOOLS, "check_tables"], ended("cancel"))
         assert state.get(OVERLAY_KEY) == "cancel"
-        ctx = await session.conversation.user_turn("thanks")
+        ctx = await conversation.user_turn("thanks")
         assert runner.is_terminated
         assert runner.overlay is None
         assert state.get(OVERLAY_KEY) is None
@@ -2050,29 +2093,31 @@ async def test_a_terminate_digression_completed_by_a_tool_closes_the_call_right_
 async def test_a_terminate_digression_completed_by_a_tool_refuses_tools_at_once() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:cancel"), cancelling(), "terminate")
-    async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [cancel]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=CANCEL_TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        await session.conversation.user_turn("cancel my booking")
-        await session.conversation.tool_ok("cancel_booking")
+        await conversation.user_turn("cancel my booking")
+        await conversation.tool_ok("cancel_booking")
         reason = ended("cancel")
         assert runner.is_terminated
         assert state.get(TERMINATED_KEY) is True
         assert runner.admit("book_table") == Admission("book_table", False, reason)
-        assert refusal(session, "transfer") == reason
-        assert session.conversation.context_now().tools == ()
+        assert refusal(conversation, "transfer") == reason
+        assert conversation.context_now().tools == ()
 
 
 @pytest.mark.anyio
 async def test_a_digression_that_cannot_start_leaves_the_main_flow_running() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(side("faq"))  # a flow named "faq" outside the stack
+        conversation = Conversation(session)
+        conversation.run_flow(side("faq"))  # a flow named "faq" outside the stack
         stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-        runner = session.run_flow(stack)
+        runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
         with pytest.raises(FlowError, match="a flow named 'faq' is already running"):
-            await session.conversation.user_turn("a question")
+            await conversation.user_turn("a question")
         assert runner.overlay is None
         assert not runner.main.paused
         state.set("name", "Ann")
@@ -2121,12 +2166,13 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
             for name, resume in DETOURS.items()
         ]
         async with Session(state, clock=ManualClock()) as session:
-            runner = session.run_flow(FlowStack(asking(policy), detours))
+            conversation = Conversation(session)
+            runner = conversation.run_flow(FlowStack(asking(policy), detours))
             main = runner.main
             phase, stuck, known, pending, over = "ask", 0, False, None, False
             for event in events:
                 if event == "tool":
-                    await session.conversation.tool_ok("lookup")
+                    await conversation.tool_ok("lookup")
                     continue
                 if event == "answer":
                     state.set("size", 2)
@@ -2134,7 +2180,7 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
                 elif event in DETOURS:
                     state.set(f"turn:{event}", True)
                 frozen = (main.active_steps, main.done_steps)
-                ctx = await session.conversation.user_turn(event)
+                ctx = await conversation.user_turn(event)
                 if over:
                     assert (main.active_steps, main.done_steps) == frozen
                     assert (ctx.postures, ctx.reprompts, ctx.unmet) == ((), (), ())
@@ -2184,12 +2230,13 @@ async def test_a_trigger_is_checked_at_turns_only() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(stack)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(stack)
         state.set("intent:faq", True)
         assert runner.overlay is None  # between turns: main still drives
         assert state.get(OVERLAY_KEY) is None
         state.set("intent:faq", False)  # gone again before the turn: never starts
-        ctx = await session.conversation.user_turn("hm")
+        ctx = await conversation.user_turn("hm")
         assert runner.overlay is None
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == []
@@ -2213,30 +2260,31 @@ async def test_an_extractor_starts_a_detour_whose_background_answer_arrives_afte
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("intent").field_to("faq", "turn:faq", regex(r"\bopen\b")).window(1).build()
         )
         stack = FlowStack(booking(), [Digression("faq", is_set("turn:faq"), faq)])
-        runner = session.run_flow(stack)
-        ctx = await session.conversation.user_turn("when do you open?")
+        runner = conversation.run_flow(stack)
+        ctx = await conversation.user_turn("when do you open?")
         assert runner.overlay == "faq"  # heard in this very turn
         assert ctx.postures == ("Answer the faq question.",)
-        assert not state.contains("turn:faq")  # turn-scoped: cleared at the end of the turn
+        assert "turn:faq" not in state  # turn-scoped: cleared at the end of the turn
         await settle()  # the lookup starts (and waits on the clock)
         assert hours.call_count == 1
         assert hours.held == 0
         state.set("faq:topic", "hours")
-        ctx = await session.conversation.user_turn("the hours")
+        ctx = await conversation.user_turn("the hours")
         assert ctx.postures == ("Close the faq detour.",)
         assert ctx.deliveries == ()
-        ctx = await session.conversation.user_turn("ok")  # "open" not said again: no new detour
+        ctx = await conversation.user_turn("ok")  # "open" not said again: no new detour
         assert runner.overlay is None
         assert runner.current.name == "booking"
         assert ctx.postures == (ASK_NAME,)
         assert runner.history == [(1, "faq", "entered"), (3, "faq", "resumed")]
         await clock.advance(6)
         await session.wait_idle()
-        ctx = await session.conversation.user_turn("so?")
+        ctx = await conversation.user_turn("so?")
         # The detour is over, but its lookup's answer still reaches the model.
         assert [(d.name, d.value) for d in ctx.deliveries] == [("hours", {"opens": "9am"})]
         assert ctx.lines == (
@@ -2256,14 +2304,15 @@ async def test_a_terminate_digression_completed_by_a_write_refuses_tools_at_once
         ],
     )
     cancel = Digression("cancel", is_true("turn:cancel"), stop, "terminate")
-    async with Session(state, clock=ManualClock(), tools=CANCEL_TOOLS) as session:
-        runner = session.run_flow(FlowStack(booking(), [cancel]))
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=CANCEL_TOOLS)
+        runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
-        await session.conversation.user_turn("cancel my booking")
+        await conversation.user_turn("cancel my booking")
         state.set("cancel:done", True)  # the cancellation service answered
         await session.wait_idle()
         assert runner.current.is_complete
-        now = session.conversation.context_now()
+        now = conversation.context_now()
         assert now.postures == ("Say goodbye.",)
         assert now.tools == ()
         assert state.get(TERMINATED_KEY) is True
@@ -2273,21 +2322,20 @@ async def test_a_terminate_digression_completed_by_a_write_refuses_tools_at_once
 async def test_a_turn_that_fails_to_start_a_digression_does_not_wedge_the_call() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(side("faq"))  # a flow named "faq" outside the stack
+        conversation = Conversation(session)
+        conversation.run_flow(side("faq"))  # a flow named "faq" outside the stack
         stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-        runner = session.run_flow(stack)
+        runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
         with pytest.raises(FlowError, match="a flow named 'faq' is already running"):
-            await session.conversation.user_turn("a question")
+            await conversation.user_turn("a question")
         assert state.keys("turn:") == []
-        assert (
-            session.conversation.cancelled_turns[0].text == "a question"
-        )  # the failed turn: not taken
-        ctx = await session.conversation.user_turn("ok, my name is Ann")
+        assert conversation.cancelled_turns[0].text == "a question"  # the failed turn: not taken
+        ctx = await conversation.user_turn("ok, my name is Ann")
         assert runner.overlay is None
         # The main flow speaks (beside the other flow named "faq" the session runs).
         assert ctx.postures == ("Answer the faq question.", ASK_NAME)
-        assert [t.text for t in session.conversation.transcript] == ["ok, my name is Ann"]
+        assert [t.text for t in conversation.transcript] == ["ok, my name is Ann"]
 
 
 @pytest.mark.anyio
@@ -2317,15 +2365,18 @@ async def test_a_digression_step_sharing_an_id_does_not_clobber_main_repair_keys
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)]))
-        await session.conversation.user_turn("um")
+        conversation = Conversation(session)
+        runner = conversation.run_flow(
+            FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)])
+        )
+        await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
         state.set("turn:faq", True)
-        await session.conversation.user_turn("a question")
-        await session.conversation.user_turn("um")
+        await conversation.user_turn("a question")
+        await conversation.user_turn("um")
         state.set("faq:answered", True)
-        await session.conversation.user_turn("ok")
-        ctx = await session.conversation.user_turn("back")
+        await conversation.user_turn("ok")
+        ctx = await conversation.user_turn("back")
         assert runner.main.active_steps == ["ask"]
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
         assert state.get(reprompt_key("ask")) is True

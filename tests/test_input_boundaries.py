@@ -28,7 +28,7 @@ def test_a_value_may_nest_exactly_as_deep_as_documented() -> None:
     state.set("deep", nested(MAX_DEPTH))
     with pytest.raises(StateValueError, match=f"nested more than {MAX_DEPTH} levels deep"):
         state.set("deeper", nested(MAX_DEPTH + 1))
-    assert not state.contains("deeper")
+    assert "deeper" not in state
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_an_integer_too_long_to_print_is_refused_when_written(value: Any) -> Non
     with pytest.raises(StateValueError):
         state.update({"m": value})
     assert state.get("n") == 1
-    assert not state.contains("m")
+    assert "m" not in state
     assert "n" in state.describe()  # still printable
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from slateflow import Change, SlateError, State
+from slateflow.conversation import end_turn
 from slateflow.errors import CursorExpiredError
-from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink, end_turn
+from slateflow.state import SECRET_MASK, JournalSink, JsonlSink, MemorySink
 
 
 class BatchSink:
@@ -44,32 +45,32 @@ def seqs(changes: Sequence[Change]) -> list[int]:
 
 def test_new_state_has_cursor_zero_and_an_empty_journal() -> None:
     state = State()
-    assert state.cursor == 0
+    assert state.journal.cursor == 0
     assert state.journal.since(0) == []
 
 
 def test_cursor_counts_batches_not_changes() -> None:
     state = State()
     state.set("a", 1)
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
     state.update({"b": 1, "c": 2, "d": 3})
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     state.set("a", 1)  # no change
     state.update({"b": 1})  # no change
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     assert seqs(state.journal.since(0)) == [1, 2, 2, 2]
 
 
 def test_journal_since_returns_later_changes_oldest_first() -> None:
     state = State()
     state.set("a", 1)
-    cursor = state.cursor
+    cursor = state.journal.cursor
     state.set("b", 2)
     state.update({"c": 3, "a": 4})
     got = state.journal.since(cursor)
     assert [(m.key, m.new, m.seq) for m in got] == [("b", 2, 2), ("c", 3, 3), ("a", 4, 3)]
-    assert state.journal.since(state.cursor) == []
-    assert state.journal.since(state.cursor + 10) == []
+    assert state.journal.since(state.journal.cursor) == []
+    assert state.journal.since(state.journal.cursor + 10) == []
 
 
 def test_changes_are_the_changes_that_were_delivered() -> None:
@@ -136,8 +137,8 @@ def test_every_origin_is_recorded() -> None:
         ("remove", "a"),
         ("clear_prefix", "p:1"),
         ("clear_prefix", "p:2"),
-        ("end_turn", "turn:x"),
-        ("end_turn", "temp:y"),
+        ("clear_prefix", "turn:x"),
+        ("clear_prefix", "temp:y"),
     ]
     rename_old, rename_new = state.journal.since(0)[8:10]
     assert rename_old.removed
@@ -152,7 +153,7 @@ def test_failed_write_leaves_no_record() -> None:
         state.set("a", 2, expected_version=5)
     with pytest.raises(SlateError):
         state.update({"b": 1, "c": float("nan")})
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
     assert len(state.journal.since(0)) == 1
 
 
@@ -226,7 +227,7 @@ def test_journal_size_zero_keeps_nothing() -> None:
     assert state.journal.since(0) == []
     state.set("a", 1)
     state.update({"b": 1, "c": 1})
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     assert state.get("a") == 1
     with pytest.raises(CursorExpiredError):
         state.journal.since(0)
@@ -254,14 +255,14 @@ def test_bad_journal_size_is_refused(size: Any) -> None:
 
 def test_reading_often_never_expires() -> None:
     state = State(journal_size=4)
-    cursor = state.cursor
+    cursor = state.journal.cursor
     seen: list[int] = []
     for i in range(50):
         state.update({"a": i, "b": i})
         got = state.journal.since(cursor)
         seen.extend(m.new for m in got)
         cursor = got[-1].seq
-    assert cursor == state.cursor == 50
+    assert cursor == state.journal.cursor == 50
     assert seen == [i for i in range(50) for _ in range(2)]
 
 
@@ -362,7 +363,7 @@ def test_failing_sink_on_every_write_path() -> None:
         tx.set("c", 1)
     state.clear_prefix("c")
     assert bad.calls == 6
-    assert state.cursor == 6
+    assert state.journal.cursor == 6
     assert len(state) == 0
 
 

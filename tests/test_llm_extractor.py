@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from slateflow import ManualClock, Resolver, Session, State, run
+from slateflow import Conversation, ManualClock, Resolver, Session, State, run
 from slateflow.conversation import Trigger, keep_known, non_empty, overwrite, true_only
 from slateflow.conversation.llm_extract import SYSTEM, LLMExtractor
 from slateflow.errors import ExtractDefinitionError
@@ -46,7 +46,7 @@ async def test_fields_are_written_with_provenance() -> None:
         "booking:date": "Saturday",
         "booking:party_size": 4,
     }
-    assert not state.contains("booking:confirmed")  # null: not said, not written
+    assert "booking:confirmed" not in state  # null: not said, not written
     for key in ("booking:date", "booking:party_size"):
         prov = state.provenance(key)
         assert prov is not None
@@ -95,8 +95,8 @@ async def test_values_are_written_in_json_form_and_defaults_are_never_written() 
         "order:day": "2026-01-03",
         "order:color": "red",
     }
-    assert not state.contains("order:gift_wrap")
-    assert not state.contains("order:quantity")
+    assert "order:gift_wrap" not in state
+    assert "order:quantity" not in state
     second = await extractor.extract(state, "three, no wrapping")
     assert second.written == {"order:gift_wrap": False, "order:quantity": 3}
 
@@ -445,7 +445,7 @@ async def test_promotion_rules_decide_as_for_recognizers() -> None:
     await extractor.extract(state, "Saturday, four, yes")
     second = await extractor.extract(state, "Sunday, six, no")
     assert state.get("booking:date") == "Saturday"
-    assert not state.contains("booking:party_size")  # .to(key) wins
+    assert "booking:party_size" not in state  # .to(key) wins
     assert state.get("party:size") == 6
     assert state.get("booking:confirmed") is True
     reasons = {d.field: (d.key, d.written, d.reason) for d in second.decisions}
@@ -497,10 +497,10 @@ async def test_accept_when_and_validate() -> None:
     assert [(d.field, d.written, d.reason) for d in too_many.decisions] == [
         ("party_size", False, "validation: at most 12 people")
     ]
-    assert not state.contains("booking:party_size")
+    assert "booking:party_size" not in state
     result = await extractor.extract(state, "four then, yes")
     assert state.get("booking:party_size") == 4
-    assert not state.contains("booking:confirmed")
+    assert "booking:confirmed" not in state
     assert {d.field: d.reason for d in result.decisions}["confirmed"] == (
         "not accepted: asked does not hold"
     )
@@ -545,17 +545,18 @@ async def test_in_a_session_with_triggers_and_on_complete() -> None:
     )
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.conversation.add_extractor(extractor)
-        await session.conversation.user_turn("Saturday")
+        conversation = Conversation(session)
+        conversation.add_extractor(extractor)
+        await conversation.user_turn("Saturday")
         assert llm.requests == []  # every 2nd turn only
-        await session.conversation.user_turn("for two, card 4111 1111 1111 1111")
+        await conversation.user_turn("for two, card 4111 1111 1111 1111")
         assert "Caller: Saturday\nCaller: for two, card [card ending 1111]" in (
             llm.last_request.prompt
         )
         assert "4111 1111" not in llm.last_request.prompt
         assert state.get("booking:date") == "Saturday"
-        await session.conversation.user_turn("hmm")
-        await session.conversation.user_turn("two people")
+        await conversation.user_turn("hmm")
+        await conversation.user_turn("two people")
         assert state.get("booking:party_size") == 2
         assert calls == [{"booking:date": "Saturday", "booking:party_size": 2}]
         assert state.get("lookup:result") is True
@@ -567,10 +568,11 @@ async def test_a_failed_llm_in_a_session_costs_nothing_but_its_values() -> None:
     extractor = booking(llm)
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        session.conversation.add_extractor(extractor)
-        await session.conversation.user_turn("Sunday")
-        assert not state.contains("booking:date")
-        await session.conversation.user_turn("Sunday please")
+        conversation = Conversation(session)
+        conversation.add_extractor(extractor)
+        await conversation.user_turn("Sunday")
+        assert "booking:date" not in state
+        await conversation.user_turn("Sunday please")
         assert state.get("booking:date") == "Sunday"
     assert [r.error is not None for r in extractor.history] == [True, False]
 

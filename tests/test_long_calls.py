@@ -9,11 +9,10 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow import ManualClock, Resolver, Scheduling, Session, State
-from slateflow.conversation import Extract, LLMExtractor, party_size
+from slateflow import Conversation, ManualClock, Resolver, Scheduling, Session, State
+from slateflow.conversation import Extract, Inbox, LLMExtractor, party_size
 from slateflow.errors import ExtractDefinitionError
 from slateflow.resolve import BackgroundResult
-from slateflow.resolve.inbox import Inbox
 from slateflow.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -21,18 +20,19 @@ pytestmark = pytest.mark.anyio
 
 async def test_the_transcript_keeps_the_last_turns_and_numbering_goes_on() -> None:
     state = State()
-    async with Session(state, clock=ManualClock(), max_transcript=5) as session:
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, max_transcript=5)
         for n in range(1, 13):
-            await session.conversation.user_turn(f"turn {n}")
-            session.conversation.agent_said(f"reply {n}")
-        assert len(session.conversation.transcript) == 5
-        assert [t.text for t in session.conversation.transcript][-2:] == ["turn 12", "reply 12"]
+            await conversation.user_turn(f"turn {n}")
+            conversation.agent_said(f"reply {n}")
+        assert len(conversation.transcript) == 5
+        assert [t.text for t in conversation.transcript][-2:] == ["turn 12", "reply 12"]
         assert state.get("session:turn") == 12
         # Only agent turns left in the window would not lose the count either.
         for _ in range(6):
-            session.conversation.agent_said("hm")
-        assert all(t.speaker == "agent" for t in session.conversation.transcript)
-        context = await session.conversation.user_turn("one more")
+            conversation.agent_said("hm")
+        assert all(t.speaker == "agent" for t in conversation.transcript)
+        context = await conversation.user_turn("one more")
         assert context.turn.number == 13
 
 
@@ -45,35 +45,37 @@ async def test_cancelled_turns_are_bounded_too() -> None:
         name = "stall"
         started = anyio.Event()
 
-        async def _on_turn(self, session: Session, turn: Any) -> None:
+        async def on_turn(self, session: Session, turn: Any) -> None:
             Stall.started.set()
             await anyio.sleep_forever()
 
-        async def _on_tool(self, session: Session, tool: str) -> None: ...
-        async def _on_step_change(self, session: Session, since: int) -> None: ...
+        async def on_tool(self, session: Session, tool: str) -> None: ...
+        async def on_step_change(self, session: Session, since: int) -> None: ...
 
-    async with Session(state, clock=ManualClock(), max_transcript=3) as session:
-        session.conversation.add_extractor(Stall())
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, max_transcript=3)
+        conversation.add_extractor(Stall())
         for n in range(8):
             Stall.started = anyio.Event()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(session.conversation.user_turn, f"lost {n}")
+                tg.start_soon(conversation.user_turn, f"lost {n}")
                 await Stall.started.wait()
                 tg.cancel_scope.cancel()  # the caller barged in
-        assert [t.text for t in session.conversation.cancelled_turns] == [
+        assert [t.text for t in conversation.cancelled_turns] == [
             "lost 5",
             "lost 6",
             "lost 7",
         ]
-        assert session.conversation.transcript == []
+        assert conversation.transcript == []
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, None])
 def test_bounds_must_be_positive_ints(bad: Any) -> None:
+    session = Session(State())
     with pytest.raises(ValueError, match="max_transcript"):
-        Session(State(), max_transcript=bad)
+        Conversation(session, max_transcript=bad)
     with pytest.raises(ValueError, match="max_waiting"):
-        Session(State(), max_waiting=bad)
+        Conversation(session, max_waiting=bad)
 
 
 async def test_an_extractor_keeps_the_last_runs() -> None:
@@ -126,20 +128,11 @@ def test_a_newer_result_of_a_resolver_replaces_the_waiting_one() -> None:
     assert inbox.coalesced == 19_999
 
 
-def test_results_of_different_origins_are_kept_apart() -> None:
-    inbox = Inbox()
-    first, second = object(), object()
-    inbox.put(result("lookup", 1), first)
-    inbox.put(result("lookup", 2), second)
-    assert [r.value for r in inbox.take(first)] == [1]
-    assert [r.value for r in inbox.take(second)] == [2]
-
-
 def test_past_the_limit_the_oldest_result_is_dropped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     inbox = Inbox(limit=3)
-    with caplog.at_level(logging.WARNING, logger="slateflow.session"):
+    with caplog.at_level(logging.WARNING, logger="slateflow.conversation"):
         for name in ("a", "b", "c", "d", "e"):
             inbox.put(result(name, name))
     assert [r.name for r in inbox.peek()] == ["c", "d", "e"]
@@ -166,10 +159,11 @@ async def test_a_session_hands_the_model_only_the_newest_result_of_each_resolver
 
     resolver = Resolver.fetch("quote", quote)
     async with Session(state, clock=clock) as session:
+        conversation = Conversation(session)
         for _ in range(50):
-            session.background(resolver)
+            session.background(resolver, conversation.deliver)
             await session.wait_idle()
-        context = await session.conversation.user_turn("so?")
+        context = await conversation.user_turn("so?")
     lines = [line for line in context.lines if "quote" in line]
     assert len(lines) == 1
     assert '"result": 49' in lines[0]

@@ -8,8 +8,8 @@ import importlib
 import pytest
 
 import slateflow
-from slateflow import Flow, FlowRunner, State, Step, is_true, once
-from slateflow.flow import Digression, FlowStack
+from slateflow import Flow, State, Step, is_true, once
+from slateflow.flow import Digression, FlowRunner, FlowStack
 
 
 def test_the_top_level_holds_at_most_50_names_and_each_imports() -> None:

@@ -245,7 +245,7 @@ def test_global_max_value_bytes_boundary_is_exact(value: Any, size: int) -> None
     with pytest.raises(PolicyViolation, match="'k'"):
         under_cap.set("k", value)
     assert "k" not in under_cap
-    assert under_cap.cursor == 0
+    assert under_cap.journal.cursor == 0
 
 
 def test_max_value_bytes_can_be_set_after_construction() -> None:
@@ -290,7 +290,7 @@ def test_size_cap_applies_to_update_modify_and_transactions() -> None:
         tx.set("doc:z", "abc")
     assert state.keys() == ["doc:a", "doc:z"]
     assert state.get("doc:a") == "abc"
-    assert state.cursor == before[1] + 1
+    assert state.journal.cursor == before[1] + 1
 
 
 def test_removal_is_not_subject_to_size_caps() -> None:

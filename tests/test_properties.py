@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from helpers import fingerprint, tagged
 from slateflow import State
+from slateflow.conversation import end_turn
 from slateflow.errors import (
     InvalidKeyError,
     KeyExistsError,
@@ -20,7 +21,6 @@ from slateflow.errors import (
     ReadOnlyError,
     StateValueError,
 )
-from slateflow.state import end_turn
 
 quick = settings(deadline=None)
 
@@ -131,7 +131,7 @@ def test_snapshot_round_trip_is_exact(ops: list[tuple[Any, ...]]) -> None:
     restored = State.restore(json.loads(text))
 
     assert as_json(restored.snapshot()) == text
-    assert restored.cursor == state.cursor
+    assert restored.journal.cursor == state.journal.cursor
     keys_in_order = state.keys()
     assert restored.keys() == keys_in_order
     assert len(restored) == len(state)
@@ -258,7 +258,7 @@ def step(state: State, model: Model, op: tuple[Any, ...]) -> None:
 def assert_agrees(state: State, model: Model) -> None:
     assert state.keys() == list(model.data)
     assert len(state) == len(model.data)
-    assert state.cursor == model.cursor
+    assert state.journal.cursor == model.cursor
     assert len(state.journal.since(0)) == model.changes
     for key in POOL:
         if key in model.data:
@@ -318,7 +318,7 @@ def test_values_read_back_exactly_as_written(key: str, value: Any) -> None:
 
     # Writing it again is a no-op.
     assert state.set(key, copy.deepcopy(value)) == 1
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
 
 
 @quick
@@ -328,7 +328,7 @@ def test_a_write_is_a_change_exactly_when_the_json_differs(first: Any, second: A
     state.set("k", first)
     differs = tagged(first) != tagged(second)
     assert state.set("k", second) == (2 if differs else 1)
-    assert state.cursor == (2 if differs else 1)
+    assert state.journal.cursor == (2 if differs else 1)
 
 
 def retyped(value: Any, how: str) -> Any:
@@ -403,13 +403,13 @@ def test_update_is_all_or_nothing(
     assert calls == []
 
     # Without the bad entry the same batch commits whole, as one seq.
-    cursor = state.cursor
+    cursor = state.journal.cursor
     seq = state.update(batch, source="llm")
     for key, value in batch.items():
         assert tagged(state.get(key)) == tagged(value)
     new_changes = state.journal.since(cursor)
     assert {c.seq for c in new_changes} <= {seq}
-    assert state.cursor == (cursor + 1 if new_changes else cursor)
+    assert state.journal.cursor == (cursor + 1 if new_changes else cursor)
 
 
 # -- key validity ----------------------------------------------------------------------------

@@ -29,20 +29,20 @@ def booking(lookup):
     )
 
 
-async def conversation_case(conversation, slate_state):
-    lookup = conversation.use("availability", fake_fetch())
-    await conversation.start(booking(lookup))
-    conversation.expect_step("slot")
-    await conversation.say(booking__date="Saturday")
-    conversation.expect_step("check")
-    await conversation.resolve("availability", {"open": True})
-    conversation.expect_step("book")
-    await conversation.tool_ok("book_table")
-    conversation.expect_complete()
+async def script_case(slate_script, slate_state):
+    lookup = slate_script.use("availability", fake_fetch())
+    await slate_script.start(booking(lookup))
+    slate_script.expect_step("slot")
+    await slate_script.say(booking__date="Saturday")
+    slate_script.expect_step("check")
+    await slate_script.resolve("availability", {"open": True})
+    slate_script.expect_step("book")
+    await slate_script.tool_ok("book_table")
+    slate_script.expect_complete()
     assert slate_state.get("flow:booking:complete") is True
 
 
-async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
+async def clock_case(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm):
     scripted_llm.add("hello")
     greet = Resolver.llm("greet", scripted_llm, "Greet {caller:name}")
     slate_state.set("caller:name", "Ada")
@@ -55,16 +55,15 @@ async def clock_case(slate_session, slate_clock, slate_state, scripted_llm):
     assert slate_state.get("slow:result") == 1
     assert scripted_llm.last_request.prompt == "Greet Ada"
     sizes = Extract("b").field("size", integer_near(["people"])).build()
-    call = slate_session.conversation
-    call.add_extractor(sizes)
-    ctx = await call.user_turn("four people, card 4111 1111 1111 1111")
+    slate_conversation.add_extractor(sizes)
+    ctx = await slate_conversation.user_turn("four people, card 4111 1111 1111 1111")
     assert slate_state.get("b:size") == 4
     assert ctx.turn.text == "four people, card [card ending 1111]"
 
 
-async def call_case(slate_call, slate_session, slate_state):
-    assert slate_call is slate_session.conversation
-    ctx = await slate_call.user_turn("hello")
+async def conversation_case(slate_conversation, slate_session, slate_state):
+    assert slate_conversation.session is slate_session
+    ctx = await slate_conversation.user_turn("hello")
     assert ctx.turn.number == 1
     assert slate_state.get("session:turn") == 1
 """
@@ -81,18 +80,18 @@ def anyio_backend(request):
 
 
 @pytest.mark.anyio
-async def test_conversation(conversation, slate_state):
-    await conversation_case(conversation, slate_state)
+async def test_script(slate_script, slate_state):
+    await script_case(slate_script, slate_state)
 
 
 @pytest.mark.anyio
-async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
-    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+async def test_clock(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm)
 
 
 @pytest.mark.anyio
-async def test_call(slate_call, slate_session, slate_state):
-    await call_case(slate_call, slate_session, slate_state)
+async def test_conversation(slate_conversation, slate_session, slate_state):
+    await conversation_case(slate_conversation, slate_session, slate_state)
 """
 )
 
@@ -103,34 +102,34 @@ import pytest
 
 
 @pytest.mark.asyncio
-async def test_conversation(conversation, slate_state):
-    await conversation_case(conversation, slate_state)
+async def test_script(slate_script, slate_state):
+    await script_case(slate_script, slate_state)
 
 
 @pytest.mark.asyncio
-async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
-    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+async def test_clock(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm)
 
 
 @pytest.mark.asyncio
-async def test_call(slate_call, slate_session, slate_state):
-    await call_case(slate_call, slate_session, slate_state)
+async def test_conversation(slate_conversation, slate_session, slate_state):
+    await conversation_case(slate_conversation, slate_session, slate_state)
 """
 )
 
 AUTO = (
     BODY
     + """
-async def test_conversation(conversation, slate_state):
-    await conversation_case(conversation, slate_state)
+async def test_script(slate_script, slate_state):
+    await script_case(slate_script, slate_state)
 
 
-async def test_clock(slate_session, slate_clock, slate_state, scripted_llm):
-    await clock_case(slate_session, slate_clock, slate_state, scripted_llm)
+async def test_clock(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm):
+    await clock_case(slate_session, slate_conversation, slate_clock, slate_state, scripted_llm)
 
 
-async def test_call(slate_call, slate_session, slate_state):
-    await call_case(slate_call, slate_session, slate_state)
+async def test_conversation(slate_conversation, slate_session, slate_state):
+    await conversation_case(slate_conversation, slate_session, slate_state)
 """
 )
 
@@ -170,11 +169,11 @@ import pytest
 
 
 @pytest.mark.asyncio
-async def test_the_lookup_never_answers(conversation):
-    lookup = conversation.use("availability", fake_fetch())
-    await conversation.start(booking(lookup))
-    await conversation.say(booking__date="Saturday")
-    conversation.expect_step("book")  # the lookup is still held: this fails
+async def test_the_lookup_never_answers(slate_script):
+    lookup = slate_script.use("availability", fake_fetch())
+    await slate_script.start(booking(lookup))
+    await slate_script.say(booking__date="Saturday")
+    slate_script.expect_step("book")  # the lookup is still held: this fails
 """
 )
 

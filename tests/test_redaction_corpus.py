@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import report
-from slateflow import ManualClock, Session, State
+from slateflow import Conversation, ManualClock, Session, State
 from slateflow.conversation import (
     CARD,
     EMAIL,
@@ -119,10 +119,11 @@ def test_a_bad_pattern_is_refused_when_the_redactor_is_built(
 
 @pytest.mark.anyio
 async def test_a_session_redacts_each_turn_with_its_own_redactor() -> None:
-    async with Session(State(), clock=ManualClock(), redact=Redactor(keep=[r"PN-\d+"])) as s:
-        turn = await s.conversation.user_turn("my policy is PN-48213377, card 4111111111111111")
+    async with Session(State(), clock=ManualClock()) as s:
+        conversation = Conversation(s, redact=Redactor(keep=[r"PN-\d+"]))
+        turn = await conversation.user_turn("my policy is PN-48213377, card 4111111111111111")
     assert turn.turn.text == "my policy is PN-48213377, card [card ending 1111]"
-    assert s.conversation.transcript[0].text == turn.turn.text
+    assert conversation.transcript[0].text == turn.turn.text
 
 
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]

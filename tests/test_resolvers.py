@@ -21,8 +21,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-import slateflow
-import slateflow.resolve
 from helpers import fingerprint
 from slateflow import Key, ManualClock, Resolver, Retry, SlateError, State
 from slateflow.errors import (
@@ -183,7 +181,7 @@ def state() -> State:
 
 @pytest.mark.anyio
 async def test_call_writes_result_to_state(state: State) -> None:
-    out = await slateflow.resolve.call("verify", Echo("ok-123"), state)
+    out = await Resolver.agent("verify", Echo("ok-123")).resolve(state)
     assert out == "ok-123"
     assert state.get("verify:result") == "ok-123"
     assert state.get("verify:status") == "done"
@@ -193,11 +191,11 @@ async def test_call_writes_result_to_state(state: State) -> None:
 @pytest.mark.anyio
 async def test_call_writes_error_to_state(state: State) -> None:
     with pytest.raises(ResolverError) as info:
-        await slateflow.resolve.call("verify", Boom(), state)
+        await Resolver.agent("verify", Boom()).resolve(state)
     assert info.value.name == "verify"
-    assert state.contains("verify:error")
+    assert "verify:error" in state
     assert state.get("verify:error") == "kaboom"
-    assert not state.contains("verify:result")
+    assert "verify:result" not in state
     assert state.get("verify:status") == "error"
 
 
@@ -236,7 +234,7 @@ async def test_fetch_records_error(state: State) -> None:
     with pytest.raises(ResolverError):
         await Resolver.fetch("lookup", failing).resolve(state)
     assert state.get("lookup:error") == "upstream 503"
-    assert not state.contains("lookup:result")
+    assert "lookup:result" not in state
     assert state.get("lookup:status") == "error"
     assert source_of(state, "lookup:error") == "fetch"
 
@@ -304,7 +302,7 @@ async def test_provenance_names_the_source_kind_and_resolver(state: State, kind:
 @pytest.mark.asyncio
 async def test_call_and_fetch_under_pytest_asyncio() -> None:
     state = State()
-    assert await slateflow.resolve.call("verify", Echo("ok"), state) == "ok"
+    assert await Resolver.agent("verify", Echo("ok")).resolve(state) == "ok"
     with pytest.raises(ResolverError):
         await Resolver.fetch("lookup", failing).resolve(state)
     assert state.pick("verify:result", "lookup:error", "lookup:status") == {
@@ -320,7 +318,7 @@ async def test_call_and_fetch_under_pytest_asyncio() -> None:
 @pytest.mark.anyio
 async def test_status_is_running_while_the_source_runs(state: State) -> None:
     state.update({"v:result": "old", "v:error": "old error"})
-    before = state.cursor
+    before = state.journal.cursor
     seen: dict[str, Any] = {}
 
     async def source(s: State) -> str:
@@ -348,7 +346,7 @@ async def test_success_is_one_batch_with_result_done_and_error_removed(state: St
     cursors: list[int] = []
 
     async def source(s: State) -> Any:
-        cursors.append(s.cursor)
+        cursors.append(s.journal.cursor)
         return {"ok": True}
 
     await Resolver.fetch("v", source).resolve(state)
@@ -367,7 +365,7 @@ async def test_success_without_earlier_error_writes_result_and_status(state: Sta
     cursors: list[int] = []
 
     async def source(s: State) -> int:
-        cursors.append(s.cursor)
+        cursors.append(s.journal.cursor)
         return 7
 
     assert await Resolver.fetch("v", source).resolve(state) == 7
@@ -382,7 +380,7 @@ async def test_failure_is_one_batch_with_error_status_and_result_removed(state: 
     cursors: list[int] = []
 
     async def source(s: State) -> Any:
-        cursors.append(s.cursor)
+        cursors.append(s.journal.cursor)
         raise LookupError("no such booking")
 
     with pytest.raises(ResolverError):
@@ -402,7 +400,7 @@ async def test_failure_without_earlier_result_writes_error_and_status(state: Sta
     cursors: list[int] = []
 
     async def source(s: State) -> Any:
-        cursors.append(s.cursor)
+        cursors.append(s.journal.cursor)
         raise LookupError("nope")
 
     with pytest.raises(ResolverError):
@@ -487,7 +485,7 @@ async def test_huge_error_message_is_cut(state: State) -> None:
 @pytest.mark.anyio
 async def test_call_shorthand_equals_agent_resolver(state: State) -> None:
     agent = Echo("hello")
-    assert await slateflow.resolve.call("greet", agent, state) == "hello"
+    assert await Resolver.agent("greet", agent).resolve(state) == "hello"
     assert agent.calls == 1
     record = state.provenance("greet:result")
     assert record is not None
@@ -497,7 +495,7 @@ async def test_call_shorthand_equals_agent_resolver(state: State) -> None:
         return 5
 
     with pytest.raises(ResolverError) as info:
-        await slateflow.resolve.call("greet", not_text, state)
+        await Resolver.agent("greet", not_text).resolve(state)
     assert "not str" in info.value.error
     assert "greet:result" not in state
 
@@ -809,7 +807,7 @@ async def test_fetch_returning_a_non_json_value_is_an_error(state: State, value:
     cursors: list[int] = []
 
     async def source(s: State) -> Any:
-        cursors.append(s.cursor)
+        cursors.append(s.journal.cursor)
         return value
 
     with pytest.raises(ResolverError) as info:
@@ -1769,7 +1767,7 @@ async def test_llm_secret_key_is_never_rendered_nor_leaked(state: State) -> None
     state.set("user:profile", {"name": "Ada", "card": "public"})
     llm = FakeLLM()
     for prompt in ("Card: {user:card}", "Card: {user:card?none}", "Card: {user:card.x}"):
-        cursor = state.cursor
+        cursor = state.journal.cursor
         with pytest.raises(ResolverError) as info:
             await Resolver.llm("l", llm, prompt, retry=Retry(backoff=0)).resolve(state)
         err = info.value
@@ -1871,7 +1869,7 @@ async def test_rerun_with_the_same_value_refreshes_ttl_and_provenance() -> None:
     await clock.advance(20)
     state.set("slot", "b")
     assert not is_fresh(state, "v")
-    cursor = state.cursor
+    cursor = state.journal.cursor
     await resolver.resolve(state, clock=clock)
     assert is_fresh(state, "v")
     record = state.provenance("v:result")

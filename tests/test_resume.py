@@ -91,7 +91,7 @@ async def drive(state: State, clock: ManualClock, effects: Effects) -> dict[str,
     active, the clock moves on while resolvers work. Returns the final values."""
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         for _ in range(50):
             await clock.advance(0)
             if runner.is_complete:
@@ -160,7 +160,7 @@ async def test_a_step_entered_before_the_crash_does_not_fire_its_on_enter_again(
     state = State(store=store, clock=clock)
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(flow)
+        runner = flow.start(session)
         state.set("hi", True)
         await clock.advance(2)
         await clock.advance(0)
@@ -177,7 +177,7 @@ async def test_a_step_entered_before_the_crash_does_not_fire_its_on_enter_again(
     state2 = State(store=crashed, clock=clock)
     flow2, _ = booking_flow(again, clock)
     async with Session(state2, clock=clock) as session:
-        runner = session.run_flow(flow2)
+        runner = flow2.start(session)
         assert runner.active_steps == ["confirm"]
         assert runner.done_steps == ["greet", "lookup", "quote"]
         await clock.advance(5)
@@ -196,7 +196,7 @@ async def test_an_on_enter_resolver_in_flight_at_the_crash_is_dispatched_again()
     state = State(store=store, clock=clock)
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        session.run_flow(flow)
+        flow.start(session)
         state.set("hi", True)
         await clock.advance(1)  # lookup takes 2 s: still running
         assert state.get("lookup:status") == "running"
@@ -206,7 +206,7 @@ async def test_an_on_enter_resolver_in_flight_at_the_crash_is_dispatched_again()
     state2 = State(store=crashed, clock=clock)
     flow2, _ = booking_flow(again, clock)
     async with Session(state2, clock=clock) as session:
-        runner = session.run_flow(flow2)
+        runner = flow2.start(session)
         assert session.in_flight() == []  # the flow took it over
         await clock.advance(0)
         assert again.counts == {"lookup": 1}
@@ -222,7 +222,7 @@ async def test_a_run_cancelled_by_the_session_closing_is_dispatched_again() -> N
     state = State(store=MemoryStore(), clock=clock)
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        session.run_flow(flow)
+        flow.start(session)
         state.set("hi", True)
         await clock.advance(1)
     assert state.get("lookup:status") == "cancelled"  # an orderly shutdown mid-run
@@ -231,7 +231,7 @@ async def test_a_run_cancelled_by_the_session_closing_is_dispatched_again() -> N
     state2 = State(store=state.store.copy(), clock=clock)  # type: ignore[attr-defined]
     flow2, _ = booking_flow(again, clock)
     async with Session(state2, clock=clock) as session:
-        session.run_flow(flow2)
+        flow2.start(session)
         await clock.advance(0)
         assert again.counts == {"lookup": 1}
         await clock.advance(2)
@@ -300,10 +300,10 @@ async def test_session_resume_refuses_a_missing_resolver_and_starts_nothing() ->
     again = Effects()
     state2 = State(store=crashed, clock=clock)
     async with Session(state2, clock=clock) as session:
-        cursor = state2.cursor
+        cursor = state2.journal.cursor
         with pytest.raises(RecoveryError, match=r"'news'.*abandon=True"):
             session.resume(slow("weather", again, clock))
-        assert state2.cursor == cursor
+        assert state2.journal.cursor == cursor
         assert again.counts == {}
         assert sorted(session.in_flight()) == ["news", "weather"]
 
@@ -356,13 +356,13 @@ async def test_tool_counts_survive_a_restart() -> None:
     store = MemoryStore()
     state = State(store=store, clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(tool_flow(), enforcement="observe")
+        runner = tool_flow().start(session, enforcement="observe")
         runner.on_tool_ok("search")  # early: counted, but the step is not reached yet
         runner.on_tool_ok("search")
         crashed = store.copy()
     state2 = State(store=crashed, clock=clock)
     async with Session(state2, clock=clock) as session:
-        runner = session.run_flow(tool_flow(), enforcement="observe")
+        runner = tool_flow().start(session, enforcement="observe")
         assert dict(runner.marking.tools_ok) == {"search": 2}
         assert runner.active_steps == ["ask"]
         state2.set("asked", True)
@@ -377,7 +377,7 @@ async def test_a_marking_naming_a_step_the_flow_lost_is_refused() -> None:
     effects = Effects()
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        session.run_flow(flow)
+        flow.start(session)
         state.set("hi", True)
         await clock.advance(3)
         crashed = store.copy()
@@ -385,7 +385,7 @@ async def test_a_marking_naming_a_step_the_flow_lost_is_refused() -> None:
     state2 = State(store=crashed, clock=clock)
     async with Session(state2, clock=clock) as session:
         with pytest.raises(RecoveryError, match=r"step 'greet'.*clear the flow:booking: keys"):
-            session.run_flow(changed)
+            changed.start(session)
 
 
 @pytest.mark.anyio
@@ -395,14 +395,14 @@ async def test_a_garbled_marking_is_refused_with_the_key_named() -> None:
     state = State(store=store, clock=clock)
     flow, _ = booking_flow(Effects(), clock)
     async with Session(state, clock=clock) as session:
-        session.run_flow(flow)
+        flow.start(session)
         state.set("hi", True)
         await clock.advance(0)
     state.set("flow:booking:marking", {"entered": "nope"})
     state2 = State(store=store.copy(), clock=clock)
     async with Session(state2, clock=clock) as session:
         with pytest.raises(RecoveryError, match="flow:booking:marking"):
-            session.run_flow(flow)
+            flow.start(session)
 
 
 def test_a_flow_on_a_plain_state_writes_no_marking() -> None:
@@ -411,7 +411,7 @@ def test_a_flow_on_a_plain_state_writes_no_marking() -> None:
         state = State(clock=clock)
         flow, _ = booking_flow(Effects(), clock)
         async with Session(state, clock=clock) as session:
-            session.run_flow(flow)
+            flow.start(session)
             state.set("hi", True)
         assert state.get("flow:booking:marking") is None
         assert state.get("flow:booking:done") == ["greet"]
@@ -435,7 +435,7 @@ async def test_a_sqlite_state_resumes_a_flow_mid_run(tmp_path: Path) -> None:
     state = State.open(path, clock=clock)
     flow, _ = booking_flow(effects, clock)
     async with Session(state, clock=clock) as session:
-        session.run_flow(flow)
+        flow.start(session)
         state.set("hi", True)
         await clock.advance(2)
         await clock.advance(0)

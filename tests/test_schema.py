@@ -49,7 +49,7 @@ def test_typed_key_round_trips_a_model_and_stores_json() -> None:
     # The typed value is a private copy.
     typed.party = 99
     assert state.get(BOOKING).party == 4
-    assert state.require(BOOKING) == Booking(name="Ann", party=4, day=date(2024, 5, 6))
+    assert state[BOOKING] == Booking(name="Ann", party=4, day=date(2024, 5, 6))
 
 
 def test_typed_key_validates_and_coerces_dict_input() -> None:

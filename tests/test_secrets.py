@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slateflow import Flow, ManualClock, Resolver, Session, State, Step, is_set
+from slateflow import Conversation, Flow, ManualClock, Resolver, Session, State, Step, is_set
 from slateflow.resolve import BackgroundResult
 
 pytestmark = pytest.mark.anyio
@@ -29,8 +29,9 @@ def secret_state() -> State:
 
 async def test_a_secret_background_result_reaches_the_model_masked() -> None:
     async with Session(secret_state(), clock=ManualClock()) as session:
-        session.background(Resolver.fetch("card", card_lookup))
-        ctx = await session.conversation.user_turn("what card do you have on file?")
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("card", card_lookup), conversation.deliver)
+        ctx = await conversation.user_turn("what card do you have on file?")
         (delivered,) = ctx.deliveries
         assert delivered.secret
         assert delivered.value == "***"
@@ -48,8 +49,11 @@ async def test_a_secret_background_result_reaches_the_model_masked() -> None:
 
 async def test_a_secret_interrupt_result_is_masked_for_on_delivery_too() -> None:
     spoken: list[BackgroundResult] = []
-    async with Session(secret_state(), clock=ManualClock(), on_delivery=spoken.append) as session:
-        session.background(Resolver.fetch("card", card_lookup), scheduling="interrupt")
+    async with Session(secret_state(), clock=ManualClock()) as session:
+        conversation = Conversation(session, on_delivery=spoken.append)
+        session.background(
+            Resolver.fetch("card", card_lookup), conversation.deliver, scheduling="interrupt"
+        )
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert [r.value for r in spoken] == ["***"]
         assert CARD not in str(spoken[0].response)
@@ -73,8 +77,9 @@ async def test_a_custom_result_formatter_never_sees_a_secret_value() -> None:
         return {"value": result.value}
 
     async with Session(secret_state(), clock=ManualClock(), result_formatter=formatter) as s:
-        s.background(Resolver.fetch("card", card_lookup))
-        ctx = await s.conversation.user_turn("and?")
+        conversation = Conversation(s)
+        s.background(Resolver.fetch("card", card_lookup), conversation.deliver)
+        ctx = await conversation.user_turn("and?")
     assert seen == ["***"]
     assert ctx.deliveries[0].response == {"value": "***"}
 
@@ -88,9 +93,10 @@ async def test_a_ground_that_reads_a_secret_key_is_refused_when_the_flow_starts(
         [Step("confirm", done=is_set("paid"), ground="Card on file: {card:number}.")],
     )
     async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session)
         with pytest.raises(FlowError, match=r"'card:number'.*secret"):
-            session.run_flow(plan)
-        ctx = await session.conversation.user_turn("hello")  # the session is not wedged
+            conversation.run_flow(plan)
+        ctx = await conversation.user_turn("hello")  # the session is not wedged
         assert ctx.turn.number == 1
 
 
@@ -109,9 +115,10 @@ async def test_a_key_made_secret_after_the_flow_started_drops_the_line_not_the_t
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(plan)
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
         state.policy("card:*", secret=True)
-        ctx = await session.conversation.user_turn("go ahead")
+        ctx = await conversation.user_turn("go ahead")
         assert ctx.postures == ("Confirm the payment.",)
         assert ctx.grounds == ()
         assert CARD not in ctx.full_prompt

@@ -164,7 +164,7 @@ async def test_dispatch_returns_a_running_handle_and_wait_returns_the_value() ->
         assert run.attempts == 1
         assert state.get("lookup:result") == {"open": True, "n": 1}
         assert state.get("lookup:status") == "done"
-        assert not state.contains("lookup:error")
+        assert "lookup:error" not in state
         # A finished run answers again at once, with the same value.
         assert await run.wait() == {"open": True, "n": 1}
         assert await run.wait(raise_error=False) == {"open": True, "n": 1}
@@ -192,7 +192,7 @@ async def test_wait_raises_resolver_error_when_the_source_fails() -> None:
         assert await run.wait(raise_error=False) is None
         assert state.get("lookup:status") == "error"
         assert state.get("lookup:error") == "no such booking"
-        assert not state.contains("lookup:result")
+        assert "lookup:result" not in state
         prov = state.provenance("lookup:error")
         assert prov is not None
         assert prov.meta["exception"] == "ValueError"
@@ -446,7 +446,7 @@ async def test_parallel_final_status_is_that_of_the_last_run_to_end() -> None:
             await failing.wait()
     assert state.get("lookup:status") == "error"
     assert state.get("lookup:error") == "upstream down"
-    assert not state.contains("lookup:result")
+    assert "lookup:result" not in state
 
 
 @pytest.mark.anyio
@@ -1519,7 +1519,7 @@ async def test_a_source_ignoring_its_timeout_is_reported_and_its_value_discarded
                 await run.wait()
     assert run.ignored_cancel
     assert isinstance(run.exception, ResolverTimeoutError)
-    assert not state.contains("slow:result")
+    assert "slow:result" not in state
     assert state.get("slow:status") == "error"
     assert any(r.levelno >= logging.WARNING and "slow" in r.getMessage() for r in caplog.records)
 

@@ -134,7 +134,7 @@ async def test_a_resolver_run_starts_a_chain_of_its_own() -> None:
         )
     state = State()
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(Flow("long", steps))
+        runner = Flow("long", steps).start(session)
         await runner.wait_complete(timeout=10)
     assert state.get(f"r{MAX_STEPS - 1}:result") == MAX_STEPS - 1
 

@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from slateflow import (
+    Conversation,
     Flow,
     ManualClock,
     Resolver,
@@ -37,6 +38,7 @@ async def test_a_session_started_in_one_task_is_closed_from_another() -> None:
     state = State()
     clock = ManualClock()
     session = Session(state, clock=clock)
+    conversation = Conversation(session)
     lookup = Resolver.fetch("lookup", fake_fetch())  # held until answered
 
     async with anyio.create_task_group() as tg:
@@ -57,7 +59,7 @@ async def test_a_session_started_in_one_task_is_closed_from_another() -> None:
         await started.wait()
         await clock.advance(0)
         assert state.get("lookup:status") == "running"
-        ctx = await session.conversation.user_turn("hello")  # usable from any task of the loop
+        ctx = await conversation.user_turn("hello")  # usable from any task of the loop
         assert ctx.turn.number == 1
         stop.set()
     assert state.get("lookup:status") == "cancelled"  # exactly one terminal status
@@ -121,7 +123,7 @@ def two_steps() -> Flow:
 async def test_a_wait_with_a_timeout_times_out_on_the_manual_clock_nobody_advances() -> None:
     clock = ManualClock()
     async with Session(State(clock=clock), clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         with pytest.raises(WaitTimeoutError, match="waited 1s for step 'b' to be reached"):
             await runner.wait_for_step("b", timeout=1)
         assert clock.monotonic() == 1
@@ -130,7 +132,7 @@ async def test_a_wait_with_a_timeout_times_out_on_the_manual_clock_nobody_advanc
 async def test_a_wait_nothing_can_end_fails_naming_what_it_waited_for() -> None:
     clock = ManualClock()
     async with Session(State(clock=clock), clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         with pytest.raises(WaitTimeoutError, match="waiting for the flow to complete, but"):
             await runner.wait_complete()
 
@@ -139,12 +141,12 @@ async def test_a_wait_jumps_over_a_lookup_that_takes_time() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(
+        runner = (
             Flow(
                 "f",
                 [Step("a", done=captured("lookup:result")), Step("b", after=["a"], terminal=True)],
             )
-        )
+        ).start(session)
         session.dispatch(Resolver.fetch("lookup", _sleeper(clock, 30)))
         assert await runner.wait_for_step("b", timeout=60) is not None
         assert clock.monotonic() == 30
@@ -161,7 +163,7 @@ async def test_wait_idle_fails_instead_of_hanging_on_a_fake_nobody_answers() -> 
 async def test_without_autojump_a_wait_waits_for_the_test_to_move_time() -> None:
     clock = ManualClock(autojump=False)
     async with Session(State(clock=clock), clock=clock) as session:
-        runner = session.run_flow(two_steps())
+        runner = two_steps().start(session)
         result: list[Any] = []
         async with anyio.create_task_group() as tg:
 
@@ -193,7 +195,7 @@ async def test_a_step_waiting_on_freshness_moves_the_moment_the_value_goes_stale
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(plan)
+        runner = plan.start(session)
         await session.call(Resolver.fetch("price", _answer(120), ttl=30))
         assert runner.active_steps == ["still_valid"]
         await clock.advance(29.9)
@@ -208,7 +210,7 @@ async def test_a_new_result_restarts_the_freshness_clock() -> None:
     state = State(clock=clock)
     plan = Flow("q", [Step("valid", gate=fresh("price"), done=is_true("never"))])
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(plan)
+        runner = plan.start(session)
         price = Resolver.fetch("price", _answer(1), ttl=10)
         await session.call(price)
         await clock.advance(8)
@@ -244,13 +246,19 @@ async def test_a_result_committed_but_never_handed_over_is_delivered_once_after_
     store = MemoryStore()
     clock = ManualClock()
     async with Session(State(store=store), clock=clock) as first:
-        first.background(Resolver.fetch("tables", _answer({"free": 2})), scheduling="when_idle")
+        conversation = Conversation(first)
+        first.background(
+            Resolver.fetch("tables", _answer({"free": 2})),
+            conversation.deliver,
+            scheduling="when_idle",
+        )
         await clock.advance(0)
-        assert len(first.conversation.inbox) == 1  # committed; the process dies before any context
+        assert len(conversation.inbox) == 1  # committed; the process dies before any context
         crashed = store.copy()
 
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        ctx = await second.conversation.user_turn("hello?")
+        conversation = Conversation(second)
+        ctx = await conversation.user_turn("hello?")
         assert [(d.name, d.value, d.scheduling.value) for d in ctx.deliveries] == [
             ("tables", {"free": 2}, "when_idle")
         ]
@@ -259,33 +267,38 @@ async def test_a_result_committed_but_never_handed_over_is_delivered_once_after_
         again = crashed.copy()
 
     async with Session(State(store=again), clock=ManualClock()) as third:
-        assert (await third.conversation.user_turn("and?")).deliveries == ()  # exactly once
+        conversation = Conversation(third)
+        assert (await conversation.user_turn("and?")).deliveries == ()  # exactly once
 
 
 async def test_a_result_handed_over_before_the_crash_is_not_delivered_again() -> None:
     store = MemoryStore()
     clock = ManualClock()
     async with Session(State(store=store), clock=clock) as first:
-        first.background(Resolver.fetch("tables", _answer(1)))
+        conversation = Conversation(first)
+        first.background(Resolver.fetch("tables", _answer(1)), conversation.deliver)
         await clock.advance(0)
-        first.conversation.context_now().handed_over()
+        conversation.context_now().handed_over()
         crashed = store.copy()
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        assert second.conversation.context_now().deliveries == ()
+        conversation = Conversation(second)
+        assert conversation.context_now().deliveries == ()
 
 
 async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> None:
     store = MemoryStore()
     clock = ManualClock()
     async with Session(State(store=store), clock=clock) as first:
-        first.background(Resolver.fetch("tables", _answer(1)))
+        conversation = Conversation(first)
+        first.background(Resolver.fetch("tables", _answer(1)), conversation.deliver)
         await clock.advance(0)
-        ctx = first.conversation.context_now()
+        ctx = conversation.context_now()
         ctx.handed_over()
-        first.conversation.redeliver(*ctx.deliveries)  # the bot was cut off: not heard after all
+        conversation.redeliver(*ctx.deliveries)  # the bot was cut off: not heard after all
         crashed = store.copy()
     async with Session(State(store=crashed), clock=ManualClock()) as second:
-        assert [d.name for d in second.conversation.context_now().deliveries] == ["tables"]
+        conversation = Conversation(second)
+        assert [d.name for d in conversation.context_now().deliveries] == ["tables"]
 
 
 # -- the testing kit ------------------------------------------------------------------------------
@@ -293,23 +306,22 @@ async def test_a_result_redelivered_before_a_crash_is_delivered_after_it() -> No
 
 async def test_background_work_that_needs_no_time_lands_within_the_turn() -> None:
     async with Session(State(), clock=ManualClock()) as session:
-        session.background(Resolver.fetch("tables", _answer({"free": 2})))
-        ctx = await session.conversation.user_turn(
-            "any tables?"
-        )  # no settle() or advance(0) needed
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("tables", _answer({"free": 2})), conversation.deliver)
+        ctx = await conversation.user_turn("any tables?")  # no settle() or advance(0) needed
         assert [d.name for d in ctx.deliveries] == ["tables"]
 
 
 async def test_say_reads_dunder_as_colon_in_a_mapping_and_in_keywords() -> None:
     async with Session(State(), clock=ManualClock()) as session:
-        script = ConversationScript(session)
+        script = ConversationScript(Conversation(session))
         await script.say({"booking__date": "Tuesday", "booking:size": 4}, booking__time="19:00")
         assert session.state.pick("booking:date", "booking:size", "booking:time") == {
             "booking:date": "Tuesday",
             "booking:size": 4,
             "booking:time": "19:00",
         }
-        assert not session.state.contains("booking__date")
+        assert "booking__date" not in session.state
 
 
 def test_a_sync_function_given_to_fetch_is_refused_when_the_resolver_is_built() -> None:
@@ -328,11 +340,13 @@ def test_a_sync_function_given_to_fetch_is_refused_when_the_resolver_is_built() 
 async def test_a_resumed_call_keeps_counting_its_turns() -> None:
     store = MemoryStore()
     async with Session(State(store=store), clock=ManualClock()) as first:
-        await first.conversation.user_turn("hello")
-        await first.conversation.user_turn("four people")
+        conversation = Conversation(first)
+        await conversation.user_turn("hello")
+        await conversation.user_turn("four people")
         crashed = store.copy()
     state = State(store=crashed)
     async with Session(state, clock=ManualClock()) as second:
-        ctx = await second.conversation.user_turn("are you still there?")
+        conversation = Conversation(second)
+        ctx = await conversation.user_turn("are you still there?")
         assert ctx.turn.number == 3
         assert state.get("session:turn") == 3

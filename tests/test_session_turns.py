@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slateflow import (
+    Conversation,
     Flow,
     ManualClock,
     Resolver,
@@ -113,7 +114,8 @@ async def test_a_turn_is_redacted_recorded_and_its_keys_last_one_turn() -> None:
     clock = ManualClock()
 
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("peek")
             .field(
                 "x",
@@ -122,46 +124,47 @@ async def test_a_turn_is_redacted_recorded_and_its_keys_last_one_turn() -> None:
             .build()
         )
         state.set("temp:scratch", 1)
-        ctx = await session.conversation.user_turn(
-            "card 4111 1111 1111 1111, account 12345678 for 2"
-        )
+        ctx = await conversation.user_turn("card 4111 1111 1111 1111, account 12345678 for 2")
         heard = "card [card ending 1111], account [redacted number] for 2"
         assert ctx.turn.text == heard
         assert ctx.turn.number == 1
         assert ctx.turn.at == clock.time()
         assert seen == [(heard, 1)]  # the extractor saw the turn keys during the turn
-        assert [t.text for t in session.conversation.transcript] == [heard]
+        assert [t.text for t in conversation.transcript] == [heard]
         assert state.get("session:turn") == 1
         assert state.keys("turn:") == []
         assert state.keys("temp:") == []
-        await session.conversation.user_turn("again")
-        assert [t.number for t in session.conversation.transcript] == [1, 2]
+        await conversation.user_turn("again")
+        assert [t.number for t in conversation.transcript] == [1, 2]
         assert state.get("session:turn") == 2
 
 
 async def test_redaction_can_be_turned_off_or_replaced() -> None:
-    async with Session(State(), redact=None) as session:
-        ctx = await session.conversation.user_turn("4111 1111 1111 1111")
+    async with Session(State()) as session:
+        conversation = Conversation(session, redact=None)
+        ctx = await conversation.user_turn("4111 1111 1111 1111")
         assert ctx.turn.text == "4111 1111 1111 1111"
-    async with Session(State(), redact=str.upper) as session:
-        ctx = await session.conversation.user_turn("hello")
+    async with Session(State()) as session:
+        conversation = Conversation(session, redact=str.upper)
+        ctx = await conversation.user_turn("hello")
         assert ctx.turn.text == "HELLO"
-        assert session.conversation.transcript[0].text == "HELLO"
+        assert conversation.transcript[0].text == "HELLO"
 
 
 async def test_bad_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="redact"):
         Session(State(), redact="yes")  # type: ignore[arg-type]
     async with Session(State()) as session:
+        conversation = Conversation(session)
         with pytest.raises(TypeError, match="transcript text"):
-            await session.conversation.user_turn(b"hi")  # type: ignore[arg-type]
+            await conversation.user_turn(b"hi")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="add_extractor takes an extractor"):
-            session.conversation.add_extractor(integer())  # type: ignore[arg-type]
+            conversation.add_extractor(integer())  # type: ignore[arg-type]
         extractor = size_extractor()
-        session.conversation.add_extractor(extractor)
+        conversation.add_extractor(extractor)
         with pytest.raises(SessionError, match="'b' is already added"):
-            session.conversation.add_extractor(extractor)
-        assert session.conversation.transcript == []
+            conversation.add_extractor(extractor)
+        assert conversation.transcript == []
 
 
 # -- extractors in the session -----------------------------------------------------------------
@@ -170,10 +173,11 @@ async def test_bad_arguments_are_refused() -> None:
 async def test_extractors_run_each_turn_with_provenance() -> None:
     state = State()
     async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session)
         extractor = size_extractor()
-        session.conversation.add_extractor(extractor)
-        await session.conversation.user_turn("hello")
-        await session.conversation.user_turn("four people")
+        conversation.add_extractor(extractor)
+        await conversation.user_turn("hello")
+        await conversation.user_turn("four people")
         assert state.get("b:size") == 4
         prov = state.provenance("b:size")
         assert prov is not None
@@ -187,11 +191,10 @@ async def test_window_reads_the_last_turns_of_the_session_transcript() -> None:
     heard: list[str] = []
 
     async with Session(state) as session:
-        session.conversation.add_extractor(
-            Extract("spy").field("x", Probe(heard.append)).window(2).build()
-        )
+        conversation = Conversation(session)
+        conversation.add_extractor(Extract("spy").field("x", Probe(heard.append)).window(2).build())
         for text in ["one", "two", "three"]:
-            await session.conversation.user_turn(text)
+            await conversation.user_turn(text)
     assert heard == ["one", "one two", "two three"]
 
 
@@ -200,29 +203,31 @@ async def test_every_n_turns() -> None:
     state = State()
 
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("c")
             .field("x", Probe(lambda t: runs.append(state.get("session:turn"))))
             .trigger(Trigger.every(2))
             .build()
         )
         for i in range(5):
-            await session.conversation.user_turn(f"turn {i}")
+            await conversation.user_turn(f"turn {i}")
     assert runs == [2, 4]
 
 
 async def test_after_tool_runs_on_tool_ok_only() -> None:
     state = State()
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("ref")
             .field("code", regex(r"[A-Z]{2}\d{4}"))
             .trigger(Trigger.after_tool())
             .build()
         )
-        await session.conversation.user_turn("my reference is AB1234")
-        assert not state.contains("ref:code")  # not on turns
-        await session.conversation.tool_ok("lookup")
+        await conversation.user_turn("my reference is AB1234")
+        assert "ref:code" not in state  # not on turns
+        await conversation.tool_ok("lookup")
         assert state.get("ref:code") == "AB1234"
 
 
@@ -256,25 +261,26 @@ async def test_on_step_change_rereads_only_what_was_said_after_the_question(
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(answer.build())
-        session.conversation.add_extractor(size_extractor())
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        conversation.add_extractor(answer.build())
+        conversation.add_extractor(size_extractor())
+        runner = conversation.run_flow(plan)
         state.set("tables:result", {"free": 3})
-        ctx = await session.conversation.user_turn("yes, four people")  # said in one breath
+        ctx = await conversation.user_turn("yes, four people")  # said in one breath
         assert runner.active_steps == ["confirm"]
         await clock.advance(0)
-        assert not state.contains("b:ok")  # before the question: never an answer
+        assert "b:ok" not in state  # before the question: never an answer
         ctx.handed_over()  # the read-back reaches the model
         state.remove("tables:result")  # refreshed just now: the step waits for it
-        await session.conversation.user_turn("yes, that's right")
-        assert not state.contains("b:ok")  # the step was not active
+        await conversation.user_turn("yes, that's right")
+        assert "b:ok" not in state  # the step was not active
         state.set("tables:result", {"free": 2})
         await clock.advance(0)  # active again: the turns said after the read-back are re-read
         if rereads:
             assert state.get("b:ok") is True
             assert runner.active_steps == []
         else:
-            assert not state.contains("b:ok")
+            assert "b:ok" not in state
             assert runner.active_steps == ["confirm"]
 
 
@@ -283,7 +289,7 @@ async def test_on_complete_in_call_mode_is_seen_by_the_flow_on_the_same_turn() -
     calls: list[int] = []
 
     async def check(state: State) -> dict[str, bool]:
-        calls.append(state.require("b:size"))
+        calls.append(state["b:size"])
         return {"open": True}
 
     plan = Flow(
@@ -294,21 +300,22 @@ async def test_on_complete_in_call_mode_is_seen_by_the_flow_on_the_same_turn() -
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("b")
             .field("size", integer_near(["people"]))
             .on_complete(Resolver.fetch("check", check), "call")
             .build()
         )
-        session.run_flow(plan)
-        ctx = await session.conversation.user_turn("three people")
+        conversation.run_flow(plan)
+        ctx = await conversation.user_turn("three people")
         assert calls == [3]
         assert ctx.postures == ("Next.",)
-        await session.conversation.user_turn("three people")  # still complete: not again
+        await conversation.user_turn("three people")  # still complete: not again
         assert calls == [3]
         state.remove("b:size")
-        await session.conversation.user_turn("hm")  # lost ...
-        await session.conversation.user_turn("five people")  # ... and found again: runs again
+        await conversation.user_turn("hm")  # lost ...
+        await conversation.user_turn("five people")  # ... and found again: runs again
         assert calls == [3, 5]
 
 
@@ -321,13 +328,14 @@ async def test_on_complete_dispatch_returns_at_once() -> None:
         return "done"
 
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("b")
             .field("size", integer())
             .on_complete(Resolver.fetch("slow", slow), "dispatch")
             .build()
         )
-        await session.conversation.user_turn("2")
+        await conversation.user_turn("2")
         assert state.get("slow:status") == "running"
         await clock.advance(5)
         assert state.get("slow:result") == "done"
@@ -343,9 +351,10 @@ async def test_a_broken_extractor_does_not_break_the_turn() -> None:
     state.receiver_failed.connect(on_failure)
     broken = integer().map(lambda v: 1 / 0)
     async with Session(state) as session:
-        session.conversation.add_extractor(Extract("broken").field("x", broken).build())
-        session.conversation.add_extractor(size_extractor())
-        ctx = await session.conversation.user_turn("2 people")
+        conversation = Conversation(session)
+        conversation.add_extractor(Extract("broken").field("x", broken).build())
+        conversation.add_extractor(size_extractor())
+        ctx = await conversation.user_turn("2 people")
         assert ctx.turn.number == 1
         assert state.get("b:size") == 2  # the next extractor still ran
     assert [type(e) for e in failures] == [ZeroDivisionError]
@@ -356,10 +365,11 @@ async def test_a_broken_extractor_does_not_break_the_turn() -> None:
 
 async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> None:
     state = State()
-    async with Session(state, tools=["book", "transfer"]) as session:
-        session.conversation.add_extractor(size_extractor())
-        runner = session.run_flow(booking_plan())
-        first = await session.conversation.user_turn("hi")
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["book", "transfer"])
+        conversation.add_extractor(size_extractor())
+        runner = conversation.run_flow(booking_plan())
+        first = await conversation.user_turn("hi")
         assert first.postures == ("Ask how many people.",)
         assert first.grounds == ("Size: unknown.",)
         assert first.unmet == ("book", "bye")
@@ -374,24 +384,25 @@ async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> N
         assert first.prompt == "\n".join(first.lines)
         assert str(first) == first.prompt
 
-        again = await session.conversation.user_turn("hmm")
+        again = await conversation.user_turn("hmm")
         assert again.lines == ()  # nothing new
         assert again.all_lines == first.all_lines
 
-        sized = await session.conversation.user_turn("four people")
+        sized = await conversation.user_turn("four people")
         assert runner.active_steps == ["confirm"]
         assert sized.lines == ("Ask for a yes.", "Booking for 4.")
 
         state.set("b:size", 5)
-        changed = session.conversation.context_now()
+        changed = conversation.context_now()
         assert changed.lines == ("Booking for 5.",)  # a changed ground is said again
         assert changed.turn.number == 3  # between turns: the last turn
 
 
 async def test_context_now_before_any_turn() -> None:
     async with Session(State()) as session:
-        session.run_flow(booking_plan())
-        ctx = session.conversation.context_now()
+        conversation = Conversation(session)
+        conversation.run_flow(booking_plan())
+        ctx = conversation.context_now()
         assert ctx.turn.number == 0
         assert ctx.postures == ("Ask how many people.",)
 
@@ -411,11 +422,12 @@ def lookup(clock: ManualClock, name: str = "lookup", after: float = 1.0) -> Reso
 async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -> None:
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
-        session.background(lookup(clock), scheduling=scheduling)
-        ctx = await session.conversation.user_turn("first")
+        conversation = Conversation(session)
+        session.background(lookup(clock), conversation.deliver, scheduling=scheduling)
+        ctx = await conversation.user_turn("first")
         assert ctx.deliveries == ()
         await clock.advance(1)
-        ctx = await session.conversation.user_turn("second")
+        ctx = await conversation.user_turn("second")
         assert [(r.name, r.value, r.scheduling.value) for r in ctx.deliveries] == [
             ("lookup", {"from": "lookup"}, scheduling)
         ]
@@ -427,20 +439,21 @@ async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -
                 f"Background result ({scheduling}) from lookup: "
                 '{"resolver": "lookup", "result": {"from": "lookup"}, "status": "completed"}'
             ]
-        third = await session.conversation.user_turn("third")
+        third = await conversation.user_turn("third")
         assert third.deliveries == ()
-        assert session.conversation.take_deliveries() == []
+        assert conversation.take_deliveries() == []
 
 
 async def test_an_interrupt_result_is_spoken_at_once_with_on_delivery() -> None:
     clock = ManualClock()
     spoken: list[BackgroundResult] = []
-    async with Session(State(), clock=clock, on_delivery=spoken.append) as session:
-        session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        session.background(lookup(clock, "later"), scheduling="when_idle")
+    async with Session(State(), clock=clock) as session:
+        conversation = Conversation(session, on_delivery=spoken.append)
+        session.background(lookup(clock, "urgent"), conversation.deliver, scheduling="interrupt")
+        session.background(lookup(clock, "later"), conversation.deliver, scheduling="when_idle")
         await clock.advance(1)
         assert [r.name for r in spoken] == ["urgent"]
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert [r.name for r in ctx.deliveries] == ["later"]
 
 
@@ -454,11 +467,12 @@ async def test_flow_background_actions_are_delivered_through_the_turn() -> None:
         ],
     )
     async with Session(State(), clock=clock) as session:
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
         await clock.advance(1)
-        ctx = await session.conversation.user_turn("hello")
+        ctx = await conversation.user_turn("hello")
         assert [r.value for r in ctx.deliveries] == [{"from": "lookup"}]
-        assert runner.take_deliveries() == []
+        assert conversation.take_deliveries() == []
 
 
 # -- the interruption race ---------------------------------------------------------------------
@@ -475,41 +489,43 @@ async def test_results_landing_during_an_interruption_advance_the_flow_and_wait(
             Step("tell", after=["check"], terminal=True, posture="Tell them."),
         ],
     )
-    async with Session(state, clock=clock, on_delivery=spoken.append) as session:
-        runner = session.run_flow(plan)
-        session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        session.background(lookup(clock, "idle"), scheduling="when_idle")
-        session.conversation.begin_interruption()
-        assert session.conversation.interrupting
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=spoken.append)
+        runner = conversation.run_flow(plan)
+        session.background(lookup(clock, "urgent"), conversation.deliver, scheduling="interrupt")
+        session.background(lookup(clock, "idle"), conversation.deliver, scheduling="when_idle")
+        conversation.begin_interruption()
+        assert conversation.interrupting
         await clock.advance(1)
         # Landed while the caller talks: the State and the flow have them ...
         assert state.get("urgent:result") == {"from": "urgent"}
         assert runner.is_complete
         # ... but nothing was spoken over the caller.
         assert spoken == []
-        session.conversation.end_interruption()  # the caller's words follow as a turn
-        assert not session.conversation.interrupting
+        conversation.end_interruption()  # the caller's words follow as a turn
+        assert not conversation.interrupting
         await clock.advance(0)
         assert spoken == []  # not spoken just before the caller's own question
-        ctx = await session.conversation.user_turn("sorry, go on")
+        ctx = await conversation.user_turn("sorry, go on")
         # That turn's context carries both: the model answers once.
         assert sorted(r.name for r in ctx.deliveries) == ["idle", "urgent"]
-        session.conversation.begin_interruption()
-        session.conversation.end_interruption()
+        conversation.begin_interruption()
+        conversation.end_interruption()
         await clock.advance(0)
         assert spoken == []
-        assert session.conversation.take_deliveries() == []  # never twice
+        assert conversation.take_deliveries() == []  # never twice
 
 
 async def test_without_on_delivery_held_results_wait_for_the_next_turn() -> None:
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
-        session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        session.conversation.begin_interruption()
+        conversation = Conversation(session)
+        session.background(lookup(clock, "urgent"), conversation.deliver, scheduling="interrupt")
+        conversation.begin_interruption()
         await clock.advance(1)
-        session.conversation.end_interruption()
+        conversation.end_interruption()
         await clock.advance(0)
-        ctx = await session.conversation.user_turn("go on")
+        ctx = await conversation.user_turn("go on")
         assert [r.name for r in ctx.deliveries] == ["urgent"]
 
 
@@ -526,17 +542,16 @@ async def test_a_result_from_another_thread_during_a_turn_is_delivered_once() ->
     slow_plan = Flow("f", [Step("wait", done=is_set("w:result"), posture="Wait.")])
 
     async with Session(state) as session:
-        session.conversation.add_extractor(
-            Extract("x").field("y", Probe(lambda t: release.set())).build()
-        )
-        session.run_flow(slow_plan)
-        session.background(Resolver.function("w", work, thread=True))
+        conversation = Conversation(session)
+        conversation.add_extractor(Extract("x").field("y", Probe(lambda t: release.set())).build())
+        conversation.run_flow(slow_plan)
+        session.background(Resolver.function("w", work, thread=True), conversation.deliver)
         with anyio.fail_after(5):
             while not started.is_set():
                 await anyio.lowlevel.checkpoint()
-            first = await session.conversation.user_turn("now")
+            first = await conversation.user_turn("now")
             await session.wait_idle()
-        second = await session.conversation.user_turn("then")
+        second = await conversation.user_turn("then")
         delivered = [r.value for r in first.deliveries + second.deliveries]
         assert delivered == ["from a thread"]
         assert state.get("w:result") == "from a thread"
@@ -565,32 +580,35 @@ def test_every_result_is_handed_out_exactly_once(
         session: Session
 
         def speak(result: BackgroundResult) -> None:
-            if session.conversation.interrupting:
+            if conversation.interrupting:
                 spoken_while_interrupting.append(result.name)
             handed.append(result.name)
 
-        async with Session(state, clock=clock, on_delivery=speak if push else None) as session:
+        async with Session(state, clock=clock) as session:
+            conversation = Conversation(session, on_delivery=speak if push else None)
             for i, (scheduling, after) in enumerate(schedules):
-                session.background(lookup(clock, f"r{i}", after), scheduling=scheduling)
+                session.background(
+                    lookup(clock, f"r{i}", after), conversation.deliver, scheduling=scheduling
+                )
             for event in events:
                 if event == "advance":
                     await clock.advance(1)
                 elif event == "begin":
-                    session.conversation.begin_interruption()
+                    conversation.begin_interruption()
                 elif event == "end":
-                    session.conversation.end_interruption()
+                    conversation.end_interruption()
                     await clock.advance(0)
                 elif event == "turn":
-                    ctx = await session.conversation.user_turn("x")
+                    ctx = await conversation.user_turn("x")
                     handed.extend(r.name for r in ctx.deliveries)
                 elif event == "take":
-                    handed.extend(r.name for r in session.conversation.take_deliveries())
+                    handed.extend(r.name for r in conversation.take_deliveries())
                 else:
-                    handed.extend(r.name for r in session.conversation.context_now().deliveries)
+                    handed.extend(r.name for r in conversation.context_now().deliveries)
             await clock.advance(10)  # everything lands
-            session.conversation.end_interruption()
+            conversation.end_interruption()
             await clock.advance(0)
-            handed.extend(r.name for r in session.conversation.take_deliveries())
+            handed.extend(r.name for r in conversation.take_deliveries())
         names = [f"r{i}" for i in range(len(schedules))]
         assert sorted(handed) == sorted(names)  # each exactly once: none lost, none twice
         assert spoken_while_interrupting == []
@@ -625,18 +643,19 @@ async def test_voice_timing_of_active_steps_is_merged_and_published() -> None:
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(plan)
-        ctx = await session.conversation.user_turn("hi")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        ctx = await conversation.user_turn("hi")
         merged = {"reprompt_after_ms": 5000, "end_of_speech_ms": 900, "interruptible": False}
         assert state.get("session:voice_timing") == merged
         assert ctx.voice_timing == merged
         state.set("b", True)
-        ctx = await session.conversation.user_turn("b done")
+        ctx = await conversation.user_turn("b done")
         assert ctx.voice_timing == {"reprompt_after_ms": 8000, "end_of_speech_ms": 400}
         state.set("a", True)
-        ctx = await session.conversation.user_turn("a done")  # "c" has no timing
+        ctx = await conversation.user_turn("a done")  # "c" has no timing
         assert ctx.voice_timing is None
-        assert not state.contains("session:voice_timing")
+        assert "session:voice_timing" not in state
 
 
 async def test_timing_follows_a_step_change_between_turns() -> None:
@@ -650,9 +669,10 @@ async def test_timing_follows_a_step_change_between_turns() -> None:
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.run_flow(plan)
-        await session.conversation.user_turn("hi")
-        assert not state.contains("session:voice_timing")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        await conversation.user_turn("hi")
+        assert "session:voice_timing" not in state
         state.set("a", True)  # a background result, say
         await clock.advance(0)
         assert state.get("session:voice_timing") == {"filler_after_ms": 1500}
@@ -661,16 +681,17 @@ async def test_timing_follows_a_step_change_between_turns() -> None:
 async def test_one_of_topics_in_turn_keys_are_gone_after_the_turn() -> None:
     state = State()
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("topic").field_to("t", "turn:topic", one_of(["parking", "menu"])).build()
         )
         seen: list[Any] = []
         plan = Flow("f", [Step("s", done=is_set("turn:topic"), posture="Topic!")])
-        runner = session.run_flow(plan)
-        await session.conversation.user_turn("is there parking")
+        runner = conversation.run_flow(plan)
+        await conversation.user_turn("is there parking")
         seen.append(runner.done_steps)
         assert seen == [["s"]]
-        assert not state.contains("turn:topic")
+        assert "turn:topic" not in state
 
 
 async def test_a_timer_that_fires_during_an_interruption_is_delivered_once() -> None:
@@ -684,16 +705,17 @@ async def test_a_timer_that_fires_during_an_interruption_is_delivered_once() -> 
         await clock.sleep(100)
 
     slow = Resolver.fetch("slow", never, timeout=2)
-    async with Session(state, clock=clock, on_delivery=spoken.append) as session:
-        session.background(slow, scheduling="interrupt")
-        session.conversation.begin_interruption()
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=spoken.append)
+        session.background(slow, conversation.deliver, scheduling="interrupt")
+        conversation.begin_interruption()
         await clock.advance(2)
         assert state.get("slow:status") == "error"
         assert spoken == []
-        session.conversation.end_interruption(turn_follows=False)  # a false alarm: spoken now
+        conversation.end_interruption(turn_follows=False)  # a false alarm: spoken now
         await clock.advance(0)
         assert [(r.name, r.status) for r in spoken] == [("slow", "error")]
-        ctx = await session.conversation.user_turn("and?")
+        ctx = await conversation.user_turn("and?")
         assert ctx.deliveries == ()
 
 
@@ -702,12 +724,13 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
     from slateflow.testing import ConversationScript
 
     faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
-    async with Session(State(), clock=ManualClock(), tools=["book"]) as session:
-        session.conversation.add_extractor(size_extractor())
-        session.conversation.add_extractor(
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, tools=["book"])
+        conversation.add_extractor(size_extractor())
+        conversation.add_extractor(
             Extract("topic").field_to("p", "turn:parking", one_of(["parking"])).build()
         )
-        script = ConversationScript(session)
+        script = ConversationScript(conversation)
         await script.start(
             FlowStack(booking_plan(), [Digression("parking", is_set("turn:parking"), faq)])
         )
@@ -731,11 +754,12 @@ async def test_the_context_as_json() -> None:
     import json
 
     clock = ManualClock()
-    async with Session(State(), clock=clock, tools=["book"]) as session:
-        session.run_flow(booking_plan())
-        session.background(lookup(clock), scheduling="when_idle")
+    async with Session(State(), clock=clock) as session:
+        conversation = Conversation(session, tools=["book"])
+        conversation.run_flow(booking_plan())
+        session.background(lookup(clock), conversation.deliver, scheduling="when_idle")
         await clock.advance(1)
-        data = (await session.conversation.user_turn("hi")).to_dict()
+        data = (await conversation.user_turn("hi")).to_dict()
     assert json.loads(json.dumps(data)) == data
     assert data["turn"] == {"number": 1, "text": "hi", "at": clock.time(), "speaker": "user"}
     assert data["status"] == "pending"  # built; handed to the model once the loop says so
@@ -762,15 +786,14 @@ async def test_interruptions_reported_from_another_thread() -> None:
         spoken.append(result)
         heard.set()
 
-    async with Session(State(), clock=clock, on_delivery=speak) as session:
-        session.background(lookup(clock, "urgent"), scheduling="interrupt")
-        await anyio.to_thread.run_sync(session.conversation.begin_interruption)
+    async with Session(State(), clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak)
+        session.background(lookup(clock, "urgent"), conversation.deliver, scheduling="interrupt")
+        await anyio.to_thread.run_sync(conversation.begin_interruption)
         await clock.advance(1)
         assert spoken == []
-        await anyio.to_thread.run_sync(
-            lambda: session.conversation.end_interruption(turn_follows=False)
-        )
+        await anyio.to_thread.run_sync(lambda: conversation.end_interruption(turn_follows=False))
         with anyio.fail_after(5):
             await heard.wait()
         assert [r.name for r in spoken] == ["urgent"]
-        assert (await session.conversation.user_turn("go on")).deliveries == ()
+        assert (await conversation.user_turn("go on")).deliveries == ()

@@ -16,8 +16,9 @@ import pytest
 from blinker import Signal
 
 from slateflow import Change, Key, State
+from slateflow.conversation import end_turn
 from slateflow.errors import DeliveryChainError, InvalidKeyError
-from slateflow.state import Provenance, Subscription, end_turn
+from slateflow.state import Provenance, Subscription
 from slateflow.state.chains import MAX_CHAIN
 
 
@@ -94,7 +95,7 @@ def test_set_sends_one_signal_with_a_full_change() -> None:
     assert change.old is None
     assert change.new == "2024-05-01"
     assert change.version == 1
-    assert change.seq == 1 == state.cursor
+    assert change.seq == 1 == state.journal.cursor
     assert change.origin == "set"
     assert change.removed is False
     assert change.created is True
@@ -144,7 +145,7 @@ def test_update_sends_one_signal_for_the_whole_batch(state: State, recorder: Rec
     assert len(recorder.calls) == 2
     changes = recorder.batches[1]
     assert [c.key for c in changes] == ["a", "b", "gone"]
-    assert {c.seq for c in changes} == {seq} == {state.cursor}
+    assert {c.seq for c in changes} == {seq} == {state.journal.cursor}
     assert {c.origin for c in changes} == {"update"}
     assert [c.removed for c in changes] == [False, False, True]
 
@@ -174,7 +175,7 @@ def test_rolled_back_transaction_sends_nothing(state: State, recorder: Recorder)
     ("op", "origin", "keys"),
     [
         (lambda s: s.clear_prefix("x:"), "clear_prefix", ["x:1", "x:2"]),
-        (lambda s: end_turn(s), "end_turn", ["turn:a", "temp:b"]),
+        (lambda s: end_turn(s), "clear_prefix", ["turn:a", "temp:b"]),
         (lambda s: s.rename("x:1", "y"), "rename", ["x:1", "y"]),
         (lambda s: s.modify("x:1", 0, lambda v: v + 1), "modify", ["x:1"]),
     ],
@@ -193,7 +194,7 @@ def test_each_multi_key_operation_is_one_signal(
 
 def test_writes_that_change_nothing_send_nothing(state: State, recorder: Recorder) -> None:
     state.update({"a": 1, "b": [1, {"c": 2.5}], "n": None})
-    before = (state.cursor, len(recorder.calls), state.version("a"))
+    before = (state.journal.cursor, len(recorder.calls), state.version("a"))
 
     assert state.set("a", 1) == 1
     state.set("b", [1, {"c": 2.5}])
@@ -207,7 +208,7 @@ def test_writes_that_change_nothing_send_nothing(state: State, recorder: Recorde
     with state.transaction() as tx:
         tx.set("a", 1)
 
-    assert (state.cursor, len(recorder.calls), state.version("a")) == before
+    assert (state.journal.cursor, len(recorder.calls), state.version("a")) == before
 
 
 @pytest.mark.parametrize(
@@ -450,7 +451,7 @@ def test_failing_subscriber_does_not_break_the_write_or_others(
         assert state.set("a", 1) == 1
 
     assert state.get("a") == 1
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
     assert len(before.batches) == len(after.batches) == 1
     assert len(failures.calls) == 1
     call = failures.calls[0]
@@ -622,7 +623,7 @@ def test_long_chain_of_receiver_writes_does_not_recurse(state: State) -> None:
     assert seen[0] == 0
     assert seen[-1] == n
     assert seen == sorted(seen)
-    assert state.cursor == n + 1
+    assert state.journal.cursor == n + 1
 
 
 def test_write_during_delivery_reaches_a_receiver_that_already_ran(state: State) -> None:

@@ -40,7 +40,7 @@ def test_snapshot_shape() -> None:
     state = sample_state()
     snap = state.snapshot()
     assert snap["format"] == SNAPSHOT_FORMAT
-    assert snap["seq"] == state.cursor == 9
+    assert snap["seq"] == state.journal.cursor == 9
     assert snap["redacted"] is False
     assert list(snap["entries"]) == state.keys()
     entry = snap["entries"]["booking:date"]
@@ -58,7 +58,7 @@ def test_snapshot_of_empty_state() -> None:
     assert snap == {"format": SNAPSHOT_FORMAT, "seq": 0, "redacted": False, "entries": {}}
     restored = State.restore(snap)
     assert len(restored) == 0
-    assert restored.cursor == 0
+    assert restored.journal.cursor == 0
 
 
 def test_snapshot_is_json_ready() -> None:
@@ -79,7 +79,7 @@ def test_snapshot_is_a_private_copy() -> None:
 
 def assert_same_state(a: State, b: State) -> None:
     assert as_json(a.snapshot()) == as_json(b.snapshot())
-    assert a.cursor == b.cursor
+    assert a.journal.cursor == b.journal.cursor
     keys = a.keys()
     assert keys == b.keys()
     for key in keys:
@@ -110,13 +110,13 @@ def test_restored_state_continues_the_sequence() -> None:
     restored = State.restore(json.loads(as_json(state.snapshot())))
     for s in (state, restored):
         assert s.set("booking:date", "2024-06-01") == 3
-        assert s.cursor == 10
+        assert s.journal.cursor == 10
         assert s.set("gone", 1) == 1
         assert s.entry("gone").seq == 11
         assert s.set("booking:party_size", 4) == 1  # equal value: no-op
-        assert s.cursor == 11
+        assert s.journal.cursor == 11
     assert [m.key for m in restored.journal.since(9)] == ["booking:date", "gone"]
-    assert restored.journal.since(restored.cursor) == []
+    assert restored.journal.since(restored.journal.cursor) == []
 
 
 def test_restored_state_is_independent() -> None:

@@ -12,8 +12,9 @@ import slateflow
 import slateflow.state
 from helpers import run_threads
 from slateflow import Change, State
+from slateflow.conversation import end_turn
 from slateflow.errors import KeyExistsError, MissingKeyError, ReadOnlyError, VersionConflictError
-from slateflow.state import SCOPES, Entry, Provenance, end_turn
+from slateflow.state import SCOPES, Entry, Provenance, ReadOnlyView, ScopedView
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 T0_DT = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
@@ -43,7 +44,7 @@ def test_new_state_is_empty(state: State) -> None:
     assert len(state) == 0
     assert state.keys() == []
     assert state.items() == []
-    assert state.cursor == 0
+    assert state.journal.cursor == 0
     assert state.journal.since(0) == []
 
 
@@ -56,19 +57,19 @@ def test_get_returns_default_for_absent_keys(state: State) -> None:
 
 def test_require_returns_the_value_or_raises_missing_key(state: State) -> None:
     state.set("a", 0)
-    assert state.require("a") == 0
+    assert state["a"] == 0
     with pytest.raises(MissingKeyError) as info:
-        state.require("booking:date")
+        state["booking:date"]
     assert "'booking:date'" in str(info.value)
     assert isinstance(info.value, KeyError)
 
 
 def test_contains_len_and_in(state: State) -> None:
-    assert not state.contains("a")
+    assert "a" not in state
     assert "a" not in state
     state.set("a", 1)
     state.set("b", None)
-    assert state.contains("a")
+    assert "a" in state
     assert "b" in state
     assert len(state) == 2
     state.remove("a")
@@ -91,7 +92,7 @@ def test_mutating_what_you_wrote_does_not_change_the_state(state: State) -> None
 def test_mutating_what_you_read_does_not_change_the_state(state: State) -> None:
     state.set("k", {"list": [1, 2]})
     state.get("k")["list"].append(3)
-    state.require("k")["list"].append(4)
+    state["k"]["list"].append(4)
     state.items()[0][1]["list"].append(5)
     state.pick("k")["k"]["list"].append(6)
     state.entry("k").value["list"].append(7)
@@ -145,11 +146,11 @@ def test_seq_is_global_and_grows_with_every_commit(state: State) -> None:
     state.set("a", 1)
     state.set("b", 1)
     state.set("a", 2)
-    assert state.cursor == 3
+    assert state.journal.cursor == 3
     assert state.entry("a").seq == 3
     assert state.entry("b").seq == 2
     state.remove("b")
-    assert state.cursor == 4
+    assert state.journal.cursor == 4
     state.set("b", 5)
     assert state.entry("b").seq == 5
     assert [m.seq for m in state.journal.since(0)] == [1, 2, 3, 4, 5]
@@ -173,7 +174,7 @@ def test_writing_an_equal_value_is_a_noop(state: State, first: Any, again: Any) 
     journal = state.journal.since(0)
     entry = state.entry("k")
     assert state.set("k", again, source="user", writer="w2") == 1
-    assert state.update({"k": again}) == state.cursor == 1
+    assert state.update({"k": again}) == state.journal.cursor == 1
     assert state.modify("k", None, lambda v: again) == again
     assert state.entry("k") == entry  # same version, seq, provenance and time
     assert state.journal.since(0) == journal
@@ -293,7 +294,7 @@ def test_remove_absent_raises_unless_default_given(state: State) -> None:
         state.remove("k")
     assert state.remove("k", None) is None
     assert state.remove("k", "fallback") == "fallback"
-    assert state.cursor == 0
+    assert state.journal.cursor == 0
 
 
 def test_remove_records_who_removed(state: State) -> None:
@@ -342,7 +343,7 @@ def test_concurrent_modify_never_loses_an_update(state: State) -> None:
     run_threads(lambda _i: work(), threads)
     assert state.get("count") == threads * rounds
     assert state.version("count") == threads * rounds
-    assert state.cursor == threads * rounds
+    assert state.journal.cursor == threads * rounds
 
 
 # -- update --------------------------------------------------------------------------------
@@ -352,7 +353,7 @@ def test_update_commits_one_batch_with_one_seq(state: State) -> None:
     state.set("a", 1)
     recorder = Recorder(state)
     seq = state.update({"a": 2, "b": 1, "c": [1]}, source="llm", writer="x")
-    assert seq == 2 == state.cursor
+    assert seq == 2 == state.journal.cursor
     changes = state.journal.since(1)
     assert [c.key for c in changes] == ["a", "b", "c"]
     assert {c.seq for c in changes} == {2}
@@ -388,7 +389,7 @@ def test_update_with_nothing_to_change_commits_nothing(state: State) -> None:
     assert state.update({"a": 1}) == 1
     assert state.update({}) == 1
     assert state.update({}, remove=["absent"]) == 1
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
     assert recorder.batches == []
 
 
@@ -467,7 +468,7 @@ def test_rename_onto_itself_changes_nothing(state: State) -> None:
     state.set("a", 1)
     assert state.rename("a", "a") == 1
     assert state.get("a") == 1
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
 
 
 # -- clear_prefix and end_turn -------------------------------------------------------------
@@ -479,9 +480,9 @@ def test_clear_prefix_removes_matching_keys_in_one_batch(state: State) -> None:
     assert state.clear_prefix("booking:") == 2
     assert state.keys() == ["user:name"]
     assert recorder.keys == [["booking:date", "booking:time"]]
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     assert state.clear_prefix("booking:") == 0
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
 
 
 def test_clear_prefix_empty_string_empties_the_state(state: State) -> None:
@@ -509,7 +510,7 @@ def test_end_turn_clears_turn_and_temp_in_one_batch(state: State) -> None:
     assert recorder.keys == [["turn:intent", "temp:scratch"]]
     assert {c.seq for c in recorder.batches[0]} == {2}
     assert end_turn(state) == 0
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
 
 
 # -- optimistic concurrency ----------------------------------------------------------------
@@ -565,16 +566,16 @@ def test_scope_names() -> None:
 
 @pytest.mark.parametrize("scope", WRITABLE_SCOPES)
 def test_scoped_view_reads_and_writes_its_prefix(state: State, scope: str) -> None:
-    view = getattr(state, scope)
+    view = ScopedView(state, scope)
     state.set("other:name", "outside")
     assert view.set("name", "Ada", source="llm") == 1
     assert view.set("prefs:lang", "en") == 1
     assert state.get(f"{scope}:name") == "Ada"
     assert view.get("name") == "Ada"
     assert view.get("missing", "d") == "d"
-    assert view.contains("name")
+    assert "name" in view
     assert "prefs:lang" in view
-    assert not view.contains("other")
+    assert "other" not in view
     assert view.keys() == ["name", "prefs:lang"]
     assert view.items() == [("name", "Ada"), ("prefs:lang", "en")]
     assert slateflow.state.source_of(state, f"{scope}:name") == "llm"
@@ -587,22 +588,18 @@ def test_scoped_view_reads_and_writes_its_prefix(state: State, scope: str) -> No
     assert state.get("other:name") == "outside"
 
 
-def test_scoped_views_are_stable_objects(state: State) -> None:
-    assert state.user is state.user
-
-
 def test_scoped_view_items_are_private_copies(state: State) -> None:
-    state.user.set("prefs", {"lang": ["en"]})
-    state.user.get("prefs")["lang"].append("fr")
-    state.user.items()[0][1]["lang"].append("de")
-    assert state.user.get("prefs") == {"lang": ["en"]}
+    ScopedView(state, "user").set("prefs", {"lang": ["en"]})
+    ScopedView(state, "user").get("prefs")["lang"].append("fr")
+    ScopedView(state, "user").items()[0][1]["lang"].append("de")
+    assert ScopedView(state, "user").get("prefs") == {"lang": ["en"]}
 
 
 def test_derived_view_is_read_only(state: State) -> None:
     state.set("derived:total", 12)
-    view = state.derived
+    view = ReadOnlyView(state, "derived")
     assert view.get("total") == 12
-    assert view.contains("total")
+    assert "total" in view
     assert view.keys() == ["total"]
     assert view.items() == [("total", 12)]
     writes = [
@@ -618,7 +615,7 @@ def test_derived_view_is_read_only(state: State) -> None:
             write()
     assert state.get("derived:total") == 12
     assert state.keys() == ["derived:total"]
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
 
 
 # -- models on plain keys --------------------------------------------------------------------

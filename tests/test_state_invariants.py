@@ -11,18 +11,18 @@ import pytest
 from helpers import fingerprint
 from slateflow import Change, State
 from slateflow.errors import InvalidKeyError, TransactionError, VersionConflictError
+from slateflow.state import ScopedView
 
 
 @pytest.mark.parametrize(
     "read",
     [
-        lambda s: s.contains("a b"),
         lambda s: "a b" in s,
         lambda s: s.pick("ok", "a b"),
         lambda s: s.remove("a b", None),
         lambda s: s.update({}, remove=["a b"]),
     ],
-    ids=["contains", "in", "pick", "remove-default", "update-remove"],
+    ids=["in", "pick", "remove-default", "update-remove"],
 )
 # type: ignore[no-untyped-def]
 def test_invalid_keys_raise_inside_a_transaction_as_outside(read) -> None:
@@ -64,7 +64,7 @@ def test_a_clock_that_raises_leaves_the_state_and_cursor_untouched() -> None:
         state.set("a", 2)
     assert fingerprint(state) == before
     state.set("a", 3)
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     assert [c.seq for c in state.journal.since(0)] == [1, 2]
 
 
@@ -75,9 +75,9 @@ def test_code_run_in_an_inner_blocks_context_after_it_exits_writes_to_the_outer_
             context = contextvars.copy_context()
         context.run(state.set, "late", 1)
         assert state.get("late") == 1
-        assert state.cursor == 0
+        assert state.journal.cursor == 0
     assert state.get("late") == 1
-    assert state.cursor == 1
+    assert state.journal.cursor == 1
 
 
 def test_modify_does_not_call_fn_on_an_ended_transaction_or_an_invalid_key() -> None:
@@ -95,11 +95,11 @@ def test_modify_does_not_call_fn_on_an_ended_transaction_or_an_invalid_key() -> 
 def test_scoped_update_prefixes_removals_and_expected_versions() -> None:
     state = State()
     state.update({"name": "top-level", "user:name": "Ada", "user:age": 36})
-    state.user.update({"age": 37}, remove=["name"], expected_versions={"age": 1})
+    ScopedView(state, "user").update({"age": 37}, remove=["name"], expected_versions={"age": 1})
     assert state.get("name") == "top-level"
     assert state.pick("user:name", "user:age") == {"user:age": 37}
     with pytest.raises(VersionConflictError, match="user:age"):
-        state.user.update({"age": 38}, expected_versions={"age": 1})
+        ScopedView(state, "user").update({"age": 38}, expected_versions={"age": 1})
 
 
 def test_is_secret_of_an_invalid_key_raises() -> None:
@@ -125,6 +125,6 @@ def test_a_nested_commit_refused_for_conflicting_expectations_merges_nothing() -
             inner.__exit__(None, None, None)
         assert inner.status == "rolled_back"
         assert state.get("a") == 2
-        assert not state.contains("b")
+        assert "b" not in state
     assert state.get("a") == 2
-    assert state.cursor == 2
+    assert state.journal.cursor == 2

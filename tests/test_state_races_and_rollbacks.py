@@ -17,8 +17,9 @@ from pydantic import AfterValidator
 
 from helpers import fingerprint
 from slateflow import Key, SlateError, State
+from slateflow.conversation import end_turn
 from slateflow.errors import ReadOnlyError, SchemaError, VersionConflictError
-from slateflow.state import end_turn
+from slateflow.state import ScopedView
 from slateflow.state.subscriptions import SubscriptionIndex
 
 WAIT = 5.0  # generous upper bound for Event waits; never reached when the code is right
@@ -48,7 +49,7 @@ def _in_thread(
     [
         pytest.param(lambda s: s.clear_prefix("turn:"), id="clear_prefix"),
         pytest.param(lambda s: end_turn(s), id="end_turn"),
-        pytest.param(lambda s: s.turn.clear(), id="scope_clear"),
+        pytest.param(lambda s: ScopedView(s, "turn").clear(), id="scope_clear"),
     ],
 )
 def test_failed_clear_inside_transaction_buffers_nothing(clear: Callable[[State], Any]) -> None:
@@ -148,7 +149,7 @@ def test_update_naming_one_key_twice_is_one_change() -> None:
     try:
         state.update({Key("x", int): 1, "x": 2})
     except SlateError:
-        assert state.cursor == 0
+        assert state.journal.cursor == 0
         assert batches == []
         return
     assert state.version("x") == 1
@@ -214,12 +215,12 @@ def test_mutations_since_is_exact_around_trims_with_mixed_batches(size: int) -> 
     for n in range(150):
         if n % 3 == 0:
             state.update({f"b{n}:x": n, f"b{n}:y": n})
-            history += [(state.cursor, f"b{n}:x"), (state.cursor, f"b{n}:y")]
+            history += [(state.journal.cursor, f"b{n}:x"), (state.journal.cursor, f"b{n}:y")]
         else:
             state.set("s", n)
-            history.append((state.cursor, "s"))
+            history.append((state.journal.cursor, "s"))
         kept = history[-size:]
-        for cursor in range(max(0, state.cursor - 4), state.cursor + 1):
+        for cursor in range(max(0, state.journal.cursor - 4), state.journal.cursor + 1):
             wanted = [h for h in history if h[0] > cursor]
             if all(h in kept for h in wanted):
                 got = [(m.seq, m.key) for m in state.journal.since(cursor)]

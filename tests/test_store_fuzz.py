@@ -51,7 +51,7 @@ def _write_history(state: State) -> dict[int, str]:
     seen = {0: snap(state)}
 
     def mark() -> None:
-        seen[state.cursor] = snap(state)
+        seen[state.journal.cursor] = snap(state)
 
     state.set("a", 1)  # 1
     mark()
@@ -68,7 +68,7 @@ def _write_history(state: State) -> dict[int, str]:
     for i in range(7, HEAD + 1):  # 7..10: "a" at versions 3..6
         state.set("a", i, writer=f"w{i}")
         mark()
-    assert state.cursor == HEAD
+    assert state.journal.cursor == HEAD
     return seen
 
 
@@ -83,7 +83,7 @@ def original(compacted: bool = False) -> tuple[bytes, dict[int, str]]:
             if compacted:
                 state.journal.compact()
                 state.set("f", "after")
-                seen[state.cursor] = snap(state)
+                seen[state.journal.cursor] = snap(state)
             state.store.save_checkpoint("wf", '{"x": 1}')  # type: ignore[union-attr]
         finally:
             state.close()
@@ -121,8 +121,8 @@ def opens_as_a_prefix_or_fails_closed(path: Path, seen: dict[int, str]) -> State
     except StoreCorruptError:
         return None
     try:
-        assert state.cursor in seen
-        assert snap(state) == seen[state.cursor]
+        assert state.journal.cursor in seen
+        assert snap(state) == seen[state.journal.cursor]
     finally:
         state.close()
     return state
@@ -137,8 +137,8 @@ def opens_consistently_or_fails_closed(path: Path) -> None:
         return
     try:
         as_json(state.snapshot())
-        assert state.cursor >= 0
-        state.journal.since(state.cursor)
+        assert state.journal.cursor >= 0
+        state.journal.since(state.journal.cursor)
         state.keys()
     finally:
         state.close()
@@ -150,7 +150,7 @@ def opens_consistently_or_fails_closed(path: Path) -> None:
 def test_the_original_recovers(store_file: Path) -> None:
     _, seen = original()
     with State.open(store_file) as state:
-        assert state.cursor == HEAD
+        assert state.journal.cursor == HEAD
         assert snap(state) == seen[HEAD]
         for seq, expected in seen.items():
             assert snap(state.journal.at(seq)) == expected
@@ -169,7 +169,7 @@ def test_a_copied_main_file_alone_recovers_everything(tmp_path: Path) -> None:
     moved.parent.mkdir()
     shutil.copyfile(source, moved)
     with State.open(moved) as again:
-        assert again.cursor == HEAD
+        assert again.journal.cursor == HEAD
         assert snap(again) == seen[HEAD]
 
 
@@ -180,12 +180,12 @@ def test_an_empty_file_is_a_new_empty_store(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.write_bytes(b"")
     with State.open(path) as state:
-        assert state.cursor == 0
+        assert state.journal.cursor == 0
         assert state.snapshot()["entries"] == {}
         state.set("a", 1)
     with State.open(path) as again:
         assert again.get("a") == 1
-        assert again.cursor == 1
+        assert again.journal.cursor == 1
 
 
 @pytest.mark.parametrize(
@@ -421,7 +421,7 @@ def test_an_edit_that_keeps_the_records_valid_loads(store_file: Path) -> None:
     _, seen = original()
     edit(store_file, "DELETE FROM commits WHERE seq = 10")
     with State.open(store_file) as state:
-        assert state.cursor == HEAD - 1
+        assert state.journal.cursor == HEAD - 1
         assert snap(state) == seen[HEAD - 1]
 
 

@@ -387,7 +387,7 @@ def test_a_compacted_store_chains_on_across_reopens(tmp_path: Path) -> None:
         state.set("more", 2)
     with State.open(path) as again:
         assert again.get("more") == 2
-        assert again.cursor == 14
+        assert again.journal.cursor == 14
 
 
 def downgrade_to_version_1(path: Path) -> None:

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slateflow import State
+from slateflow.conversation import end_turn
 from slateflow.errors import (
     HistoryError,
     KeyExistsError,
@@ -32,7 +33,6 @@ from slateflow.errors import (
     StoreError,
 )
 from slateflow.replay import replay
-from slateflow.state import end_turn
 from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
 from slateflow.stores.digests import commit_digest
 from slateflow.stores.sqlite import STORE_FORMAT_VERSION
@@ -202,7 +202,7 @@ def w_transaction(s: State) -> None:
         s.set("b", {"v": 1})
         tx.remove("a")
         s.set("c", 3)
-    before = s.cursor
+    before = s.journal.cursor
     with s.transaction() as tx:
         s.set("rolled", 1)
         tx.set("c", 99)
@@ -215,7 +215,7 @@ def w_transaction(s: State) -> None:
 
     with pytest.raises(ZeroDivisionError):
         failing()
-    assert s.cursor == before
+    assert s.journal.cursor == before
     assert s.get("rolled") is None
 
 
@@ -252,14 +252,14 @@ WRITES: dict[str, Callable[[State], None]] = {
 def test_recovery_is_exact(backend: Backend, write: str) -> None:
     state = backend.open()
     state.set("before", "x", source="system")
-    mid = state.cursor
+    mid = state.journal.cursor
     WRITES[write](state)
-    assert state.cursor > mid
+    assert state.journal.cursor > mid
     expected_snap, expected_tail, expected_all = snap(state), tail(state, mid), tail(state, 0)
-    cursor = state.cursor
+    cursor = state.journal.cursor
 
     again = backend.reopen(state)
-    assert again.cursor == cursor
+    assert again.journal.cursor == cursor
     assert snap(again) == expected_snap
     assert tail(again, mid) == expected_tail
     assert tail(again, 0) == expected_all
@@ -269,9 +269,9 @@ def test_recovery_is_exact(backend: Backend, write: str) -> None:
 
     # The recovered state carries on from there, and that survives another restart.
     again.set("after", 1)
-    assert again.cursor == cursor + 1
+    assert again.journal.cursor == cursor + 1
     third = backend.reopen(again)
-    assert third.cursor == cursor + 1
+    assert third.journal.cursor == cursor + 1
     assert third.get("after") == 1
     after = json.loads(tail(third, cursor))
     assert tail(third, mid) == as_json([*json.loads(expected_tail), *after])
@@ -280,20 +280,18 @@ def test_recovery_is_exact(backend: Backend, write: str) -> None:
 def test_recovery_of_an_empty_store(backend: Backend) -> None:
     state = backend.open()
     again = backend.reopen(state)
-    assert again.cursor == 0
+    assert again.journal.cursor == 0
     assert again.snapshot()["entries"] == {}
     assert again.journal.since(0) == []
 
 
-def test_store_and_durable_properties(backend: Backend) -> None:
+def test_the_store_property_names_the_store_and_its_durability(backend: Backend) -> None:
     state = backend.open()
     assert state.store is not None
     assert isinstance(state.store, Store)
     assert state.store.durability == backend.kind
-    assert state.durable is (backend.kind != "memory")
     plain = State()
     assert plain.store is None
-    assert plain.durable is False
     plain.flush()
     plain.close()  # nothing to close
     plain.set("a", 1)
@@ -307,7 +305,7 @@ def test_recovery_respects_a_small_journal(tmp_path: Path, opened: list[State]) 
     again = State.open(tmp_path / "s.db", journal_size=5)
     opened.append(again)
     assert [m.seq for m in again.journal.since(18)] == [19, 19, 20, 20]
-    assert again.cursor == 20
+    assert again.journal.cursor == 20
     assert again.get("a") == 19
 
 
@@ -333,14 +331,14 @@ def test_a_commit_the_memory_store_refuses_is_not_applied(write: str) -> None:
     first = State(store=store)
     first.set("a", 1)
     State(store=store).set("a", 2)  # a second State now owns the store
-    before, cursor = snap(first), first.cursor
+    before, cursor = snap(first), first.journal.cursor
     refused: Callable[[], object] = (
         (lambda: first.set("b", 1)) if write == "set" else (lambda: first.update({"b": 1}))
     )
     with pytest.raises(StoreError):
         refused()
     assert first.get("b") is None
-    assert first.cursor == cursor
+    assert first.journal.cursor == cursor
     assert snap(first) == before
 
 
@@ -411,16 +409,16 @@ def test_random_histories_recover_and_replay_exactly(
             seen = {0: snap(state)}
             for op in history:
                 apply(state, op)
-                seen[state.cursor] = snap(state)
-            assert sorted(seen) == list(range(state.cursor + 1))  # one snapshot per commit
+                seen[state.journal.cursor] = snap(state)
+            assert sorted(seen) == list(range(state.journal.cursor + 1))  # one snapshot per commit
             for seq, expected in seen.items():
                 assert snap(state.journal.at(seq)) == expected
         finally:
             state.close()
         again = State.open(path, durability=durability)  # type: ignore[arg-type]
         try:
-            assert again.cursor == max(seen)
-            assert snap(again) == seen[again.cursor]
+            assert again.journal.cursor == max(seen)
+            assert snap(again) == seen[again.journal.cursor]
             for seq, expected in seen.items():
                 assert snap(again.journal.at(seq)) == expected
         finally:
@@ -449,11 +447,11 @@ def test_at_zero_is_empty_and_at_head_is_now(backend: Backend) -> None:
     state.update({"b": [1], "c": "z"}, remove="a")
     state.rename("b", "d")
     past = state.journal.at(0)
-    assert past.cursor == 0
+    assert past.journal.cursor == 0
     assert past.snapshot()["entries"] == {}
-    assert snap(state.journal.at(state.cursor)) == snap(state)
+    assert snap(state.journal.at(state.journal.cursor)) == snap(state)
     one = state.journal.at(1)
-    assert one.cursor == 1
+    assert one.journal.cursor == 1
     assert one.get("a") == {"x": 1}
     assert one.provenance("a") == state.journal.at(1).provenance("a")
     assert one.keys() == ["a"]
@@ -466,13 +464,12 @@ def test_at_returns_a_detached_state(backend: Backend) -> None:
     state.flush()
     past = state.journal.at(1)
     assert past.store is None
-    assert past.durable is False
     past.set("a", 100)
     past.set("new", 1)
     assert past.get("a") == 100
     assert state.get("a") == 2
     assert state.get("new") is None
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
     assert state.journal.at(1).get("a") == 1
     if backend.kind != "memory":
         state.flush()
@@ -501,7 +498,7 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
     state.remove("k0")
     at_compaction = snap(state)
     seq = state.journal.compact()
-    assert seq == state.cursor == 6
+    assert seq == state.journal.cursor == 6
     state.set("a", "later", source="llm")
     state.rename("k1", "k9")
     later = snap(state)
@@ -512,7 +509,7 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
             assert conn.execute("SELECT seq FROM commits ORDER BY seq").fetchall() == [(7,), (8,)]
 
     again = backend.reopen(state)
-    assert again.cursor == 8
+    assert again.journal.cursor == 8
     assert snap(again) == later
     assert snap(again.journal.at(6)) == at_compaction
     assert snap(again.journal.at(8)) == later
@@ -524,7 +521,7 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
     # The journal after the compaction point survives; before it, the cursor has expired.
     assert [m.seq for m in again.journal.since(6)] == [7, 8, 8]
     again.set("z", 1)
-    assert backend.reopen(again).cursor == 9
+    assert backend.reopen(again).journal.cursor == 9
 
 
 def test_compact_twice_and_compact_an_empty_state(backend: Backend) -> None:
@@ -536,7 +533,7 @@ def test_compact_twice_and_compact_an_empty_state(backend: Backend) -> None:
     assert state.journal.compact() == 2
     assert state.journal.compact() == 2
     again = backend.reopen(state)
-    assert again.cursor == 2
+    assert again.journal.cursor == 2
     assert again.pick("a", "b") == {"a": 1, "b": 2}
     assert again.entry("a") == state.entry("a")
     assert snap(again.journal.at(2)) == snap(state)
@@ -575,7 +572,7 @@ def test_close_refuses_writes_and_keeps_reads(backend: Backend) -> None:
     state = backend.open()
     state.set("a", 1, writer="w")
     state.set("b", [1])
-    cursor, before = state.cursor, snap(state)
+    cursor, before = state.journal.cursor, snap(state)
     state.close()
     state.close()  # idempotent
     for write in (
@@ -594,7 +591,7 @@ def test_close_refuses_writes_and_keeps_reads(backend: Backend) -> None:
     assert state.get("a") == 1
     assert state.get("new") is None
     assert state.get("b") == [1]
-    assert state.cursor == cursor
+    assert state.journal.cursor == cursor
     assert snap(state) == before
     assert state.keys() == ["a", "b"]
     assert state.provenance("a") is not None
@@ -628,7 +625,7 @@ def test_close_checkpoints_the_wal_so_the_main_file_alone_recovers(
     moved.parent.mkdir()
     shutil.copyfile(path, moved)
     with State.open(moved) as again:
-        assert again.cursor == 30
+        assert again.journal.cursor == 30
         assert snap(again) == expected
 
 
@@ -640,13 +637,13 @@ def test_a_main_file_copied_while_open_is_a_consistent_prefix(
     seen = {0: snap(state)}
     for i in range(40):
         state.update({"a": i, "b": [i]})
-        seen[state.cursor] = snap(state)
+        seen[state.journal.cursor] = snap(state)
     state.flush()  # in the WAL, maybe not yet in the main file
     copy = tmp_path / "copy.db"
     shutil.copyfile(path, copy)
     with State.open(copy) as again:
-        assert again.cursor <= 40
-        assert snap(again) == seen[again.cursor]
+        assert again.journal.cursor <= 40
+        assert snap(again) == seen[again.journal.cursor]
 
 
 # -- a store that can no longer write --------------------------------------------------------
@@ -681,7 +678,7 @@ def test_a_store_that_cannot_write_refuses_every_later_write(
     store = first.store
     assert store is not None
     assert isinstance(store.error, StoreError)
-    cursor, before = first.cursor, snap(first)
+    cursor, before = first.journal.cursor, snap(first)
     with pytest.raises(StoreError, match=r"s\.db"):
         first.set("c", 3)
     with pytest.raises(StoreError, match=r"s\.db"):
@@ -692,13 +689,13 @@ def test_a_store_that_cannot_write_refuses_every_later_write(
         first.set("c", 3)
     assert first.get("c") is None
     assert first.get("b") == 2
-    assert first.cursor == cursor
+    assert first.journal.cursor == cursor
     assert snap(first) == before
     with pytest.raises(StoreError):
         first.close()
     # Reopening recovers what is on disk: the first commit and the intruder's.
     with State.open(path) as again:
-        assert again.cursor == 2
+        assert again.journal.cursor == 2
         assert again.keys() == ["a", "x"]
 
 
@@ -776,11 +773,11 @@ def test_a_failed_sync_write_raises_and_refuses_the_next(
     # in memory, as documented), and every later write is refused with nothing applied.
     with pytest.raises(StoreError, match=r"s\.db"):
         first.set("b", 2)
-    cursor = first.cursor
+    cursor = first.journal.cursor
     with pytest.raises(StoreError, match=r"s\.db"):
         first.set("c", 3)
     assert first.get("c") is None
-    assert first.cursor == cursor
+    assert first.journal.cursor == cursor
     with pytest.raises(StoreError):
         first.flush()
     with pytest.raises(StoreError):
@@ -808,7 +805,7 @@ def test_an_int_too_long_for_json_is_refused_naming_the_key(
 ) -> None:
     state = open_file(tmp_path / "s.db", opened)
     state.set("ok", 1)
-    before, cursor = snap(state), state.cursor
+    before, cursor = snap(state), state.journal.cursor
     refused: Callable[[], object] = (
         (lambda: state.set("huge", 10**5000))
         if write == "set"
@@ -818,7 +815,7 @@ def test_an_int_too_long_for_json_is_refused_naming_the_key(
     with pytest.raises(StateValueError, match=r"'huge'.*more than 4300 digits"):
         refused()
     assert snap(state) == before
-    assert state.cursor == cursor
+    assert state.journal.cursor == cursor
     state.close()
     assert snap(State.open(tmp_path / "s.db")) == before
 

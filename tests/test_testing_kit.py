@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from helpers import tagged
 from slateflow import (
+    Conversation,
     Flow,
-    FlowRunner,
     Resolver,
     Session,
     State,
@@ -40,7 +40,7 @@ from slateflow import (
 )
 from slateflow import ManualClock as RootManualClock
 from slateflow.errors import FakeScriptError, ResolverError, SlateError
-from slateflow.flow import Verdict
+from slateflow.flow import FlowRunner, Verdict
 from slateflow.resolve import LLM, BackgroundResult, LLMRequest, LLMResponse, Usage
 from slateflow.testing import (
     ConversationScript,
@@ -162,7 +162,7 @@ async def booking_script(
     fake = lookup if lookup is not None else fake_fetch()
     resolver = Resolver.fetch("availability", fake, reads=["booking:date", "booking:time"])
     async with session_on(clock) as session:
-        script = ConversationScript(session, fakes={"availability": fake})
+        script = ConversationScript(Conversation(session), fakes={"availability": fake})
         await script.start(booking_flow(resolver, mode))
         yield script, fake
 
@@ -238,7 +238,7 @@ async def test_a_fake_that_returns_lands_as_the_result_in_every_mode(
         delivered = await run_once(mode, session, resolver)
         state = session.state
         assert outcome(state, "lookup") == ("done", value, None)
-        assert state.contains("lookup:result")
+        assert "lookup:result" in state
         assert_resolved(state, "lookup", value)
         assert_provenance(state, "lookup:result", source=kind, writer="lookup", mode=mode)
         assert fake.call_count == 1
@@ -557,7 +557,7 @@ async def test_complete_answers_the_live_call_after_a_held_one_was_superseded() 
 @pytest.mark.anyio
 async def test_calls_record_number_cursor_and_the_versions_the_fake_saw() -> None:
     fake = fake_fetch(
-        script=[lambda state: state.cursor, lambda state: state.version("booking:date")]
+        script=[lambda state: state.journal.cursor, lambda state: state.version("booking:date")]
     )
     resolver = Resolver.fetch("lookup", fake)
     async with session_on(ManualClock()) as session:
@@ -1015,7 +1015,7 @@ async def test_a_value_mismatch_on_a_secret_key_does_not_print_it(which: str) ->
         if which == "assert_resolved":
             message = failure(lambda: assert_resolved(state, "verify", "0000"))
         else:
-            script = ConversationScript(session)
+            script = ConversationScript(Conversation(session))
             message = failure(lambda: script.expect_key("verify:result", "0000"))
         assert "expected 'verify:result' to be '0000'" in message
         assert "4111" not in message
@@ -1038,7 +1038,7 @@ async def booking_conversation(mode: Mode) -> None:
             (False, "A table on Saturday at seven, please", "user", "caller"),
             (True, None, "system", None),
         ]
-        assert not state.contains("turn:transcript")  # the turn ended
+        assert "turn:transcript" not in state  # the turn ended
         script.expect_step("slot")  # words alone do not fill slots
 
         await script.say(booking__date="Saturday", booking__time="19:00")
@@ -1073,7 +1073,7 @@ async def booking_conversation(mode: Mode) -> None:
         # The background result was handed to the model with the next turn, and only then.
         delivered = [[r.value for r in ctx.deliveries] for ctx in script.contexts]
         assert delivered == ([[], [{"open": True}]] if mode == "background" else [[], []])
-        assert script.runner.take_deliveries() == []
+        assert script.conversation.take_deliveries() == []
 
 
 @pytest.mark.anyio
@@ -1135,7 +1135,7 @@ async def test_conversation_advance_moves_the_session_clock() -> None:
     lookup = fake_fetch(returns={"open": True}, delay=0.4, clock=clock)
     resolver = Resolver.fetch("availability", lookup)
     async with Session(State(clock=clock), clock=clock) as session:
-        script = ConversationScript(session)
+        script = ConversationScript(Conversation(session))
         assert script.use("availability", lookup) is lookup
         await script.start(booking_flow(resolver))
         await at_check(script)
@@ -1170,7 +1170,7 @@ async def test_conversation_tool_ok_of_a_refused_tool_fails_with_the_reason() ->
 async def test_conversation_tool_ok_in_observe_mode_records_a_violation() -> None:
     lookup = fake_fetch()
     async with session_on(ManualClock()) as session:
-        script = ConversationScript(session, fakes={"availability": lookup})
+        script = ConversationScript(Conversation(session), fakes={"availability": lookup})
         flow = booking_flow(Resolver.fetch("availability", lookup))
         await script.start(flow, enforcement="observe")
         reason = script.expect_refused("book_table")
@@ -1269,7 +1269,7 @@ async def test_conversation_resolve_of_an_unregistered_name_says_what_is_registe
         assert lookup.held == 1  # nothing was answered
     async with session_on(ManualClock()) as session:
         with pytest.raises(AssertionError, match=r"\(registered: none\)"):
-            await ConversationScript(session).resolve("weather", 1)
+            await ConversationScript(Conversation(session)).resolve("weather", 1)
 
 
 @pytest.mark.anyio
@@ -1284,7 +1284,7 @@ async def test_conversation_resolve_with_nothing_held_fails_with_the_explanation
 @pytest.mark.anyio
 async def test_conversation_needs_a_started_flow_and_a_manual_clock_to_advance() -> None:
     async with Session(State()) as session:  # the real clock
-        script = ConversationScript(session)
+        script = ConversationScript(Conversation(session))
         message = failure(lambda: script.runner)
         assert message == "the script has no flow yet: await script.start(flow) first"
         with pytest.raises(AssertionError, match=r"await script\.start"):
@@ -1293,7 +1293,7 @@ async def test_conversation_needs_a_started_flow_and_a_manual_clock_to_advance()
             await script.advance(1)
         # The rest works on the real clock: settling needs no time to pass.
         await script.user("hello")  # no flow yet: the transcript is still written and cleared
-        assert not script.state.contains("turn:transcript")
+        assert "turn:transcript" not in script.state
         lookup = script.use("availability", fake_fetch())
         await script.start(booking_flow(Resolver.fetch("availability", lookup)))
         await at_check(script)
@@ -1305,7 +1305,7 @@ async def test_conversation_needs_a_started_flow_and_a_manual_clock_to_advance()
 @pytest.mark.anyio
 async def test_conversation_custom_transcript_key() -> None:
     async with session_on(ManualClock()) as session:
-        script = ConversationScript(session, transcript_key="turn:heard")
+        script = ConversationScript(Conversation(session), transcript_key="turn:heard")
         await script.user("hi")
         heard = [m for m in session.state.journal.since(0) if m.key == "turn:heard"]
         assert [(m.removed, m.new) for m in heard] == [(False, "hi"), (True, None)]
@@ -1318,7 +1318,7 @@ async def test_conversation_resolve_after_the_lookup_was_re_run() -> None:
         "availability", lookup, reads=["booking:date", "booking:time"], reactive=True
     )
     async with session_on(ManualClock()) as session:
-        script = ConversationScript(session, fakes={"availability": lookup})
+        script = ConversationScript(Conversation(session), fakes={"availability": lookup})
         await script.start(booking_flow(resolver))
         await at_check(script)
         await script.say(booking__time="19:30")  # the caller changes their mind

@@ -25,7 +25,7 @@ def test_concurrent_modify_never_loses_an_increment() -> None:
     run_threads(work)
     assert state.get("counter") == THREADS * per_thread
     assert state.version("counter") == THREADS * per_thread
-    assert state.cursor == THREADS * per_thread
+    assert state.journal.cursor == THREADS * per_thread
 
 
 def test_concurrent_modify_of_a_container() -> None:
@@ -78,7 +78,7 @@ def test_concurrent_sets_are_delivered_exactly_once_in_seq_order() -> None:
 
     committed = sink.changes
     assert committed, "nothing was committed"
-    assert state.cursor == committed[-1].seq
+    assert state.journal.cursor == committed[-1].seq
 
     # Every committed change reached every matching receiver exactly once, in commit order.
     def ids(changes: list[Change]) -> list[tuple[str, int, int]]:
@@ -125,7 +125,7 @@ def test_subscriber_writes_under_concurrency_are_all_delivered() -> None:
         assert state.get(f"echo:src:{i}") == per_thread - 1
     seqs = [c.seq for c in seen]
     assert seqs == sorted(seqs)
-    assert len(seqs) == len(set(seqs)) == state.cursor
+    assert len(seqs) == len(set(seqs)) == state.journal.cursor
 
 
 def test_concurrent_transactions_commit_or_conflict_never_lose_updates() -> None:
@@ -194,7 +194,7 @@ def test_conflicting_transaction_writes_nothing() -> None:
     assert "counter" in str(outcome[0])
     assert state.get("counter") == 1
     assert "other" not in state
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
 
 
 def test_transaction_is_private_to_its_thread() -> None:
@@ -214,12 +214,12 @@ def test_transaction_is_private_to_its_thread() -> None:
     assert inside.wait(10)
     seen_from_other_thread.append(state.get("a"))
     state.set("b", 2)  # not captured by the other thread's transaction
-    seen_from_other_thread.append(state.cursor)
+    seen_from_other_thread.append(state.journal.cursor)
     proceed.set()
     t.join()
     assert seen_from_other_thread == [None, 1]
     assert state.get("a") == 1
-    assert state.cursor == 2
+    assert state.journal.cursor == 2
 
 
 def test_compare_and_set_retry_loop_never_loses_updates() -> None:
@@ -256,7 +256,9 @@ def test_journal_under_concurrency_has_no_gaps(size: int) -> None:
 
     run_threads(work)
     assert [m.seq for m in sink.changes] == list(range(1, THREADS * per_thread + 1))
-    assert state.journal.since(state.cursor) == []
+    assert state.journal.since(state.journal.cursor) == []
     if size:
-        recent = state.journal.since(state.cursor - size)
-        assert [m.seq for m in recent] == list(range(state.cursor - size + 1, state.cursor + 1))
+        recent = state.journal.since(state.journal.cursor - size)
+        assert [m.seq for m in recent] == list(
+            range(state.journal.cursor - size + 1, state.journal.cursor + 1)
+        )

@@ -14,14 +14,14 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from slateflow import Flow, Session, State, Step, called_ok, commit, is_true, once
+from slateflow import Conversation, Flow, Session, State, Step, called_ok, commit, is_true, once
 from slateflow.conversation import ToolResult
 from slateflow.errors import SessionError, ToolCallError
 
 pytestmark = pytest.mark.anyio
 
 
-def booking(*, enforcement: str = "enforce") -> tuple[State, Session, Any]:
+def booking(*, enforcement: str = "enforce") -> tuple[State, Conversation, Any]:
     state = State()
     flow = Flow(
         "booking",
@@ -31,8 +31,8 @@ def booking(*, enforcement: str = "enforce") -> tuple[State, Session, Any]:
         ],
         constraints=[once("book_table"), commit("pay", until=is_true("confirmed"))],
     )
-    session = Session(state)
-    return state, session, (flow, enforcement)
+    conversation = Conversation(Session(state))
+    return state, conversation, (flow, enforcement)
 
 
 class Desk:
@@ -62,14 +62,14 @@ class Desk:
             self.inside -= 1
 
 
-async def reply(session: Session, *calls: tuple[str, Any, dict[str, Any]]) -> list[Any]:
+async def reply(conversation: Conversation, *calls: tuple[str, Any, dict[str, Any]]) -> list[Any]:
     """Run one model reply's tool calls concurrently, as a voice framework does; each slot holds
     the ToolResult or the exception its call raised."""
     results: list[Any] = [None] * len(calls)
 
     async def one(i: int, tool: str, fn: Any, args: dict[str, Any]) -> None:
         try:
-            results[i] = await session.conversation.call_tool(tool, fn, args)
+            results[i] = await conversation.run_tool(tool, fn, args)
         except Exception as exc:
             results[i] = exc
 
@@ -80,12 +80,12 @@ async def reply(session: Session, *calls: tuple[str, Any, dict[str, Any]]) -> li
 
 
 async def test_two_different_calls_of_a_once_tool_in_one_reply_book_once() -> None:
-    _state, session, (flow, _) = booking()
+    _state, conversation, (flow, _) = booking()
     desk = Desk()
-    async with session:
-        runner = session.run_flow(flow)
+    async with conversation.session:
+        runner = conversation.run_flow(flow)
         results = await reply(
-            session,
+            conversation,
             ("book_table", desk.book, {"party": 4}),
             ("book_table", desk.book, {"party": 5}),
         )
@@ -100,16 +100,16 @@ async def test_two_different_calls_of_a_once_tool_in_one_reply_book_once() -> No
 
 
 async def test_identical_calls_in_one_reply_share_one_execution() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     desk = Desk()
     desk.gate = anyio.Event()
-    async with session:
-        session.run_flow(flow)
+    async with conversation.session:
+        conversation.run_flow(flow)
         async with anyio.create_task_group() as tg:
             results: list[ToolResult] = []
 
             async def call(args: dict[str, Any]) -> None:
-                results.append(await session.conversation.call_tool("book_table", desk.book, args))
+                results.append(await conversation.run_tool("book_table", desk.book, args))
 
             tg.start_soon(call, {"party": 4, "time": "20:00"})
             tg.start_soon(call, {"time": "20:00", "party": 4})  # same call, keys reordered
@@ -123,13 +123,13 @@ async def test_identical_calls_in_one_reply_share_one_execution() -> None:
 
 
 async def test_a_failed_call_leaves_a_once_tool_free_for_the_waiting_one() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     desk = Desk()
     desk.fail_first = True
-    async with session:
-        session.run_flow(flow)
+    async with conversation.session:
+        conversation.run_flow(flow)
         results = await reply(
-            session,
+            conversation,
             ("book_table", desk.book, {"party": 4}),
             ("book_table", desk.book, {"party": 5}),
         )
@@ -142,19 +142,17 @@ async def test_a_failed_call_leaves_a_once_tool_free_for_the_waiting_one() -> No
 
 
 async def test_callers_sharing_a_failed_call_get_a_tool_call_error() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     desk = Desk()
     desk.fail_first = True
     desk.gate = anyio.Event()
-    async with session:
-        session.run_flow(flow)
+    async with conversation.session:
+        conversation.run_flow(flow)
         results: list[Any] = []
 
         async def call() -> None:
             try:
-                results.append(
-                    await session.conversation.call_tool("book_table", desk.book, {"party": 2})
-                )
+                results.append(await conversation.run_tool("book_table", desk.book, {"party": 2}))
             except Exception as exc:
                 results.append(exc)
 
@@ -173,15 +171,15 @@ async def test_callers_sharing_a_failed_call_get_a_tool_call_error() -> None:
 
 
 async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     order: list[str] = []
-    async with session:
-        session.run_flow(flow)
+    async with conversation.session:
+        conversation.run_flow(flow)
         inside = anyio.Event()
         release = anyio.Event()
 
         async def first() -> None:
-            async with session.conversation.claim("book_table") as call:
+            async with conversation.claim("book_table") as call:
                 assert call
                 order.append("first in")
                 inside.set()
@@ -190,7 +188,7 @@ async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
 
         async def second() -> None:
             await inside.wait()
-            async with session.conversation.claim("book_table") as call:
+            async with conversation.claim("book_table") as call:
                 order.append(f"second {'admitted' if call else 'refused'}")
                 assert "only once" in call.reason
 
@@ -206,41 +204,41 @@ async def test_a_claim_holds_a_once_tool_until_its_block_ends() -> None:
 
 
 async def test_a_claim_marked_failed_is_not_counted() -> None:
-    _, session, (flow, _) = booking()
-    async with session:
-        runner = session.run_flow(flow)
-        async with session.conversation.claim("book_table") as call:
+    _, conversation, (flow, _) = booking()
+    async with conversation.session:
+        runner = conversation.run_flow(flow)
+        async with conversation.claim("book_table") as call:
             call.fail()  # no table free: ran, but did not succeed
         assert runner.active_steps == ["collect"]
-        async with session.conversation.claim("book_table") as again:
+        async with conversation.claim("book_table") as again:
             assert again
         assert runner.is_complete  # counted: collect done, the terminal step reached
-        async with session.conversation.claim("book_table") as third:
+        async with conversation.claim("book_table") as third:
             assert not third
 
 
 async def test_an_exception_in_a_claim_reports_nothing() -> None:
-    _, session, (flow, _) = booking()
-    async with session:
-        runner = session.run_flow(flow)
+    _, conversation, (flow, _) = booking()
+    async with conversation.session:
+        runner = conversation.run_flow(flow)
         with pytest.raises(ValueError, match="card declined"):
-            async with session.conversation.claim("book_table"):
+            async with conversation.claim("book_table"):
                 raise ValueError("card declined")
         assert runner.active_steps == ["collect"]
-        assert await session.conversation.call_tool("book_table", lambda: "booked") == ToolResult(
+        assert await conversation.run_tool("book_table", lambda: "booked") == ToolResult(
             "book_table", True, "booked"
         )
 
 
 async def test_calls_of_an_unlimited_tool_run_concurrently() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     desk = Desk()
     desk.gate = anyio.Event()
-    async with session:
-        session.run_flow(flow)
+    async with conversation.session:
+        conversation.run_flow(flow)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(session.conversation.call_tool, "lookup", desk.book, {"party": 1})
-            tg.start_soon(session.conversation.call_tool, "lookup", desk.book, {"party": 2})
+            tg.start_soon(conversation.run_tool, "lookup", desk.book, {"party": 1})
+            tg.start_soon(conversation.run_tool, "lookup", desk.book, {"party": 2})
             while desk.inside < 2:
                 await anyio.lowlevel.checkpoint()
             desk.gate.set()
@@ -248,12 +246,12 @@ async def test_calls_of_an_unlimited_tool_run_concurrently() -> None:
 
 
 async def test_a_refused_call_runs_nothing_and_says_why() -> None:
-    _, session, (flow, _) = booking()
+    _, conversation, (flow, _) = booking()
     ran: list[str] = []
-    async with session:
-        session.run_flow(flow)
-        result = await session.conversation.call_tool("pay", lambda: ran.append("pay"))
-        other = await session.conversation.call_tool("transfer", lambda: ran.append("transfer"))
+    async with conversation.session:
+        conversation.run_flow(flow)
+        result = await conversation.run_tool("pay", lambda: ran.append("pay"))
+        other = await conversation.run_tool("transfer", lambda: ran.append("transfer"))
     assert ran == []
     assert not result.allowed
     assert "first, 'confirmed' must be true" in result.reason
@@ -262,12 +260,10 @@ async def test_a_refused_call_runs_nothing_and_says_why() -> None:
 
 
 async def test_in_observe_mode_a_breach_runs_flagged_and_audited() -> None:
-    _, session, (flow, _) = booking()
-    async with session:
-        runner = session.run_flow(flow, enforcement="observe")
-        result = await session.conversation.call_tool(
-            "pay", lambda amount: f"paid {amount}", {"amount": 5}
-        )
+    _, conversation, (flow, _) = booking()
+    async with conversation.session:
+        runner = conversation.run_flow(flow, enforcement="observe")
+        result = await conversation.run_tool("pay", lambda amount: f"paid {amount}", {"amount": 5})
     assert result.allowed
     assert result.violation
     assert result.value == "paid 5"
@@ -276,7 +272,8 @@ async def test_in_observe_mode_a_breach_runs_flagged_and_audited() -> None:
 
 async def test_a_tool_call_with_no_flow_is_admitted() -> None:
     async with Session(State()) as session:
-        result = await session.conversation.call_tool("anything", lambda: 42)
+        conversation = Conversation(session)
+        result = await conversation.run_tool("anything", lambda: 42)
     assert result == ToolResult("anything", True, 42)
 
 
@@ -293,5 +290,6 @@ async def test_bad_tool_calls_are_refused_with_a_clear_error(
     tool: Any, fn: Any, args: Any, error: type[Exception]
 ) -> None:
     async with Session(State()) as session:
+        conversation = Conversation(session)
         with pytest.raises(error, match=r"call_tool|tool"):
-            await session.conversation.call_tool(tool, fn, args)
+            await conversation.run_tool(tool, fn, args)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from helpers import committed_view
 from slateflow import Change, Key, State
+from slateflow.conversation import end_turn
 from slateflow.errors import (
     InvalidKeyError,
     KeyExistsError,
@@ -25,7 +26,7 @@ from slateflow.errors import (
     TransactionError,
     VersionConflictError,
 )
-from slateflow.state import Transaction, end_turn
+from slateflow.state import Transaction
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -103,25 +104,25 @@ def test_writes_are_buffered_and_visible_inside_through_tx_and_state(state: Stat
         assert tx.get("new") == "n"
         assert tx.get("p:one") is None
         assert tx.get("b", "dflt") == "dflt"
-        assert tx.contains("new")
-        assert not tx.contains("b")
+        assert "new" in tx
+        assert "b" not in tx
         assert sorted(tx.keys()) == ["a", "new", "p:two"]
         assert tx.keys("p:") == ["p:two"]
         assert dict(tx.items()) == {"a": 10, "new": "n", "p:two": "two"}
         assert tx.pick("a", "b", "new") == {"a": 10, "new": "n"}
-        assert tx.require("new") == "n"
+        assert tx["new"] == "n"
         with pytest.raises(MissingKeyError):
-            tx.require("b")
+            tx["b"]
 
         # Through the state, in the same thread.
         assert state.get("a") == 10
         assert state.get("new") == "n"
         assert state.get("b") is None
-        assert state.require("a") == 10
-        assert state.contains("new")
+        assert state["a"] == 10
+        assert "new" in state
         assert "new" in state
         assert "b" not in state
-        assert not state.contains("p:one")
+        assert "p:one" not in state
         assert sorted(state.keys()) == ["a", "new", "p:two"]
         assert state.keys("p:") == ["p:two"]
         assert dict(state.items()) == {"a": 10, "new": "n", "p:two": "two"}
@@ -142,11 +143,11 @@ def test_other_threads_do_not_see_buffered_writes_before_commit(state: State) ->
             lambda: (
                 state.get("a"),
                 state.get("fresh"),
-                state.contains("fresh"),
+                "fresh" in state,
                 state.get("p:one"),
                 sorted(state.keys()),
                 state.pick("a", "fresh"),
-                state.cursor,
+                state.journal.cursor,
             )
         )
         assert seen == (1, None, False, "one", ["a", "b", "p:one", "p:two"], {"a": 1}, 4)
@@ -169,7 +170,7 @@ def test_reads_inside_return_private_copies(state: State) -> None:
 
 def test_commit_is_one_batch_one_seq_one_signal_one_subscriber_call(state: State) -> None:
     rec = Recorder(state)
-    start = state.cursor
+    start = state.journal.cursor
     with state.transaction() as tx:
         tx.set("a", 2)
         tx.set("c", [1])
@@ -177,7 +178,7 @@ def test_commit_is_one_batch_one_seq_one_signal_one_subscriber_call(state: State
         state.set("d", "dee", source="agent", writer="w")
         assert rec.signals == []
         assert rec.calls == []
-    assert state.cursor == start + 1
+    assert state.journal.cursor == start + 1
     assert len(rec.signals) == 1
     assert len(rec.calls) == 1
     signal_batch = rec.signals[0]
@@ -206,7 +207,7 @@ def test_commit_returns_seq_and_marks_committed(state: State) -> None:
         assert tx.status == "open"
         seq = tx.commit()
         assert tx.status == "committed"
-    assert seq == state.cursor == 5
+    assert seq == state.journal.cursor == 5
     assert state.get("a") == 5
 
 
@@ -351,11 +352,11 @@ def test_state_is_writable_again_after_the_block(state: State) -> None:
     "read",
     [
         pytest.param(lambda s, tx: tx.get("a"), id="tx.get"),
-        pytest.param(lambda s, tx: tx.contains("a"), id="tx.contains"),
-        pytest.param(lambda s, tx: tx.require("a"), id="tx.require"),
+        pytest.param(lambda s, tx: "a" in tx, id="tx.contains"),
+        pytest.param(lambda s, tx: tx["a"], id="tx.require"),
         pytest.param(lambda s, tx: tx.pick("a"), id="tx.pick"),
         pytest.param(lambda s, tx: s.get("a"), id="state.get"),
-        pytest.param(lambda s, tx: s.contains("a"), id="state.contains"),
+        pytest.param(lambda s, tx: "a" in s, id="state.contains"),
         pytest.param(lambda s, tx: s.pick("a"), id="state.pick"),
         pytest.param(lambda s, tx: tx.modify("a", 0, lambda v: v + 1), id="tx.modify"),
         pytest.param(lambda s, tx: s.modify("a", 0, lambda v: v + 1), id="state.modify"),
@@ -378,7 +379,7 @@ def test_stale_read_makes_commit_raise_version_conflict(
     assert state.get("a") == 50
     assert state.version("a") == 2
     assert "side" not in state
-    assert state.cursor == 5
+    assert state.journal.cursor == 5
     assert len(rec.calls) == 1  # only the other thread's write
 
 
@@ -519,7 +520,7 @@ def test_update_expected_versions_inside_transaction_are_checked(state: State) -
 
 def test_inner_commit_merges_into_outer_and_commits_once(state: State) -> None:
     rec = Recorder(state)
-    start = state.cursor
+    start = state.journal.cursor
     with state.transaction() as outer:
         outer.set("a", "outer")
         with state.transaction() as inner:
@@ -531,9 +532,9 @@ def test_inner_commit_merges_into_outer_and_commits_once(state: State) -> None:
         assert outer.get("c") == "inner-too"
         assert committed_items(state)["b"] == {"x": [1, 2]}
         assert "c" not in committed_items(state)
-        assert state.cursor == start
+        assert state.journal.cursor == start
         assert rec.calls == []
-    assert state.cursor == start + 1
+    assert state.journal.cursor == start + 1
     assert len(rec.calls) == 1
     assert {c.key for c in rec.calls[0]} == {"a", "b", "c"}
     assert (state.get("a"), state.get("b"), state.get("c")) == ("outer", "inner", "inner-too")
@@ -595,8 +596,8 @@ def test_inner_transaction_sees_and_removes_outer_writes(state: State) -> None:
             assert inner.get("o") == 1
             assert inner.keys() == ["a", "b", "p:one", "p:two", "o"]
             assert inner.remove("o") == 1
-            assert not state.contains("o")
-        assert not outer.contains("o")
+            assert "o" not in state
+        assert "o" not in outer
     assert "o" not in state
 
 
@@ -625,7 +626,7 @@ def test_three_levels(state: State) -> None:
 
             with pytest.raises(Boom):
                 run_in(state.transaction(), level3)
-            assert not state.contains("l3")
+            assert "l3" not in state
         assert state.get("l2") == 2
     assert state.pick("l1", "l2", "l3") == {"l1": 1, "l2": 2}
 
@@ -636,7 +637,7 @@ def test_three_levels(state: State) -> None:
 def test_all_state_write_methods_are_buffered_and_commit_together() -> None:
     state = State()
     state.update({"a": 1, "old": "v", "p:x": 1, "p:y": 2, "turn:t": 1, "temp:t": 2, "keep": 0})
-    start = state.cursor
+    start = state.journal.cursor
     rec = Recorder(state)
     with state.transaction():
         assert state.set("s", 1) == 1
@@ -657,10 +658,10 @@ def test_all_state_write_methods_are_buffered_and_commit_together() -> None:
             "temp:t": 2,
             "keep": 0,
         }
-        assert state.cursor == start
+        assert state.journal.cursor == start
         assert rec.calls == []
     assert dict(state.items()) == inside
-    assert state.cursor == start + 1
+    assert state.journal.cursor == start + 1
     assert len(rec.calls) == 1
     assert {c.origin for c in rec.calls[0]} == {"commit"}
     assert {c.key for c in rec.calls[0]} == {
@@ -832,7 +833,7 @@ def test_failing_validation_raises_at_that_line(
         with pytest.raises(error):
             write(state)
         assert tx.status == "open"
-        assert not state.contains("ok")
+        assert "ok" not in state
         assert state.get("ro") == "fixed"
         assert state.get("n") is None
         tx.set("second", 2)
@@ -842,7 +843,7 @@ def test_failing_validation_raises_at_that_line(
     }
     assert state.get("ro") == "fixed"
     assert state.get("lim") == "x"
-    assert state.cursor == before[1] + 1
+    assert state.journal.cursor == before[1] + 1
 
 
 def test_uncaught_validation_error_rolls_the_whole_block_back() -> None:
@@ -1000,7 +1001,7 @@ def test_property_rollback_restores_and_commit_matches_model(
                 assert sorted(tx.keys()) == sorted(model)
             # Still invisible from outside the transaction.
             assert _canon(committed_items(state)) == _canon(start_model)
-            assert state.cursor == cursor
+            assert state.journal.cursor == cursor
             if ending == "rollback":
                 tx.rollback()
             elif ending == "exception":
@@ -1011,7 +1012,7 @@ def test_property_rollback_restores_and_commit_matches_model(
     if ending != "commit":
         assert tx.status == "rolled_back"
         assert state.snapshot() == snapshot
-        assert state.cursor == cursor
+        assert state.journal.cursor == cursor
         assert state.journal.since(0) == journal
         assert calls == []
         return
@@ -1028,11 +1029,11 @@ def test_property_rollback_restores_and_commit_matches_model(
     new = state.journal.since(cursor)
     assert {m.key for m in new} == changed
     if not changed:
-        assert state.cursor == cursor
+        assert state.journal.cursor == cursor
         assert calls == []
         assert state.snapshot() == snapshot
         return
-    assert state.cursor == cursor + 1
+    assert state.journal.cursor == cursor + 1
     assert {m.seq for m in new} == {cursor + 1}
     assert {m.origin for m in new} == {"commit"}
     assert len(calls) == 1

@@ -14,6 +14,7 @@ import pytest
 from booking import ASK, READ_BACK
 from booking import booking as shared_booking
 from slateflow import (
+    Conversation,
     Digression,
     Flow,
     FlowStack,
@@ -52,11 +53,12 @@ def confirmation() -> Any:
     )
 
 
-async def open_call(state: State, **options: Any) -> tuple[Session, Any]:
-    session = await Session(state, clock=ManualClock(), **options).start()
-    session.conversation.add_extractor(slot())
-    session.conversation.add_extractor(confirmation())
-    return session, session.run_flow(booking())
+async def open_call(state: State, **options: Any) -> tuple[Conversation, Any]:
+    session = await Session(state, clock=ManualClock()).start()
+    conversation = Conversation(session, **options)
+    conversation.add_extractor(slot())
+    conversation.add_extractor(confirmation())
+    return conversation, conversation.run_flow(booking())
 
 
 # -- the confirmation idiom ---------------------------------------------------------------------
@@ -67,13 +69,14 @@ async def open_call(state: State, **options: Any) -> tuple[Session, Any]:
 )
 async def test_a_yes_in_the_slot_turn_never_confirms_the_booking(said: str) -> None:
     state = State()
-    session, runner = await open_call(state)
+    conversation, runner = await open_call(state)
+    session = conversation.session
     try:
-        ctx = await session.conversation.user_turn(said)
+        ctx = await conversation.user_turn(said)
         assert runner.active_steps == ["confirm"]
         assert ctx.postures == (READ_BACK,)
         await session.clock.advance(0)  # type: ignore[attr-defined]
-        assert not state.contains("b:ok")
+        assert "b:ok" not in state
         assert runner.told_steps == []
     finally:
         await session.aclose()
@@ -81,9 +84,10 @@ async def test_a_yes_in_the_slot_turn_never_confirms_the_booking(said: str) -> N
 
 async def test_the_booking_is_confirmed_only_by_a_yes_after_the_read_back_was_handed_over() -> None:
     state = State()
-    session, runner = await open_call(state)
+    conversation, runner = await open_call(state)
+    session = conversation.session
     try:
-        read_back = await session.conversation.user_turn("four people")
+        read_back = await conversation.user_turn("four people")
         assert read_back.status == "pending"
         assert not told("confirm").evaluate(state)
         read_back.handed_over()
@@ -92,7 +96,7 @@ async def test_the_booking_is_confirmed_only_by_a_yes_after_the_read_back_was_ha
         assert told("confirm").evaluate(state)
         assert told("confirm", "booking").evaluate(state)
         assert not told("confirm", "other").evaluate(state)
-        await session.conversation.user_turn("yes, that's right")
+        await conversation.user_turn("yes, that's right")
         assert state.get("b:ok") is True
         assert runner.active_steps == []
         assert runner.is_complete
@@ -103,10 +107,11 @@ async def test_the_booking_is_confirmed_only_by_a_yes_after_the_read_back_was_ha
 async def test_building_the_next_turn_counts_the_last_context_as_handed_over() -> None:
     # A simple loop never confirms: the next turn does it, before its words are read.
     state = State()
-    session, _ = await open_call(state)
+    conversation, _ = await open_call(state)
+    session = conversation.session
     try:
-        await session.conversation.user_turn("four people")
-        await session.conversation.user_turn("yes please")
+        await conversation.user_turn("four people")
+        await conversation.user_turn("yes please")
         assert state.get("b:ok") is True
     finally:
         await session.aclose()
@@ -116,28 +121,27 @@ async def test_a_step_entered_while_the_caller_talked_then_a_digression_is_never
     state = State()
     faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
     session = await Session(state, clock=ManualClock()).start()
+    conversation = Conversation(session)
     try:
-        session.conversation.add_extractor(slot())
-        session.conversation.add_extractor(confirmation())
-        session.conversation.add_extractor(
+        conversation.add_extractor(slot())
+        conversation.add_extractor(confirmation())
+        conversation.add_extractor(
             Extract("topic").field_to("parking", "turn:parking", one_of(["parking"])).build()
         )
-        stack = session.run_flow(
+        stack = conversation.run_flow(
             FlowStack(booking(), [Digression("parking", is_set("turn:parking"), faq)])
         )
-        entered = await session.conversation.user_turn("we are four people")
+        entered = await conversation.user_turn("we are four people")
         entered.dropped()  # the caller talked over the read-back: it never reached the model
         assert entered.status == "dropped"
-        detour = await session.conversation.user_turn("is there parking?")
+        detour = await conversation.user_turn("is there parking?")
         assert stack.overlay == "parking"
         assert detour.postures == ("Parking is free.",)
-        back = await session.conversation.user_turn(
-            "yes"
-        )  # answers the parking line: no read-back yet
-        assert not state.contains("b:ok")
+        back = await conversation.user_turn("yes")  # answers the parking line: no read-back yet
+        assert "b:ok" not in state
         assert stack.overlay is None
         assert back.postures == (READ_BACK,)  # the main flow takes over: now it is asked
-        await session.conversation.user_turn("yes, book it")  # and this yes answers it
+        await conversation.user_turn("yes, book it")  # and this yes answers it
         assert state.get("b:ok") is True
     finally:
         await session.aclose()
@@ -157,9 +161,10 @@ async def test_told_is_cleared_when_the_step_is_entered_again() -> None:
         constraints=[reset("ask").when(is_true("b:changed"))],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(plan)
         state.set("b:size", 4)
-        session.conversation.context_now().handed_over()
+        conversation.context_now().handed_over()
         assert runner.told_steps == ["confirm"]
         state.set("b:changed", True)  # the caller changed their mind: asked again
         assert runner.told_steps == []
@@ -192,37 +197,40 @@ async def test_a_flow_step_can_wait_for_its_own_question_to_be_told() -> None:
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(plan)
         state.update({"b:size": 4, "b:ok": True})  # a yes heard before the question
         assert runner.active_steps == ["confirm"]
-        session.conversation.context_now().handed_over()
+        conversation.context_now().handed_over()
         assert runner.is_complete
 
 
 # -- the hand-over ------------------------------------------------------------------------------
 
 
-async def lookup_session(**options: Any) -> tuple[Session, State, Any]:
+async def lookup_session(**options: Any) -> tuple[Conversation, State, Any]:
     state = State()
-    session = await Session(state, clock=ManualClock(), **options).start()
+    session = await Session(state, clock=ManualClock()).start()
+    conversation = Conversation(session, **options)
     fetch = fake_fetch(returns={"free": 2})
-    session.background(Resolver.fetch("tables", fetch))
+    session.background(Resolver.fetch("tables", fetch), conversation.deliver)
     await session.clock.advance(0)  # type: ignore[attr-defined]
-    return session, state, fetch
+    return conversation, state, fetch
 
 
 async def test_a_dropped_context_gives_its_results_back_for_the_next_one() -> None:
-    session, _, _ = await lookup_session()
+    conversation, _, _ = await lookup_session()
+    session = conversation.session
     try:
-        first = session.conversation.context_now()
+        first = conversation.context_now()
         assert [d.name for d in first.deliveries] == ["tables"]
-        assert len(session.conversation.inbox) == 0  # taken, pending
+        assert len(conversation.inbox) == 0  # taken, pending
         first.dropped()
-        second = session.conversation.context_now()
+        second = conversation.context_now()
         assert [d.name for d in second.deliveries] == ["tables"]
         assert second.lines == first.lines  # nothing of the dropped one counts as said
         second.handed_over()
-        third = session.conversation.context_now()
+        third = conversation.context_now()
         assert third.deliveries == ()
         assert not any("tables" in line for line in third.lines)
     finally:
@@ -230,28 +238,30 @@ async def test_a_dropped_context_gives_its_results_back_for_the_next_one() -> No
 
 
 async def test_explicit_handover_drops_what_the_loop_did_not_confirm() -> None:
-    session, _, _ = await lookup_session(handover="explicit")
+    conversation, _, _ = await lookup_session(handover="explicit")
+    session = conversation.session
     try:
-        first = await session.conversation.user_turn("hello")
+        first = await conversation.user_turn("hello")
         assert [d.name for d in first.deliveries] == ["tables"]
-        second = await session.conversation.user_turn("hello?")  # first was never confirmed
+        second = await conversation.user_turn("hello?")  # first was never confirmed
         assert first.status == "dropped"
         assert [d.name for d in second.deliveries] == ["tables"]
         second.handed_over()
-        assert (await session.conversation.user_turn("ok")).deliveries == ()
+        assert (await conversation.user_turn("ok")).deliveries == ()
     finally:
         await session.aclose()
 
 
 async def test_a_context_is_settled_once() -> None:
-    session, _, _ = await lookup_session()
+    conversation, _, _ = await lookup_session()
+    session = conversation.session
     try:
-        ctx = session.conversation.context_now()
+        ctx = conversation.context_now()
         ctx.handed_over()
         ctx.handed_over()  # idempotent
         with pytest.raises(SessionError, match="already handed over"):
             ctx.dropped()
-        other = session.conversation.context_now()
+        other = conversation.context_now()
         other.dropped()
         with pytest.raises(SessionError, match="already dropped"):
             other.handed_over()
@@ -261,9 +271,10 @@ async def test_a_context_is_settled_once() -> None:
 
 async def test_full_prompt_has_every_line_and_prompt_only_the_new_ones() -> None:
     async with Session(State(), clock=ManualClock()) as session:
-        session.run_flow(booking())
-        first = await session.conversation.user_turn("hi")
-        again = await session.conversation.user_turn("hmm")
+        conversation = Conversation(session)
+        conversation.run_flow(booking())
+        first = await conversation.user_turn("hi")
+        again = await conversation.user_turn("hmm")
         assert again.prompt == ""  # nothing new: an appending loop adds nothing
         assert again.full_prompt == first.full_prompt  # a replacing loop sends all of it
         assert again.full_prompt.splitlines()[0] == ASK
@@ -272,40 +283,44 @@ async def test_full_prompt_has_every_line_and_prompt_only_the_new_ones() -> None
 async def test_a_result_the_bot_was_cut_off_from_saying_is_redelivered() -> None:
     pushed: list[BackgroundResult] = []
     state = State()
-    async with Session(state, clock=ManualClock(), on_delivery=pushed.append) as session:
+    async with Session(state, clock=ManualClock()) as session:
+        conversation = Conversation(session, on_delivery=pushed.append)
         session.background(
-            Resolver.fetch("tables", fake_fetch(returns={"free": 2})), scheduling="interrupt"
+            Resolver.fetch("tables", fake_fetch(returns={"free": 2})),
+            conversation.deliver,
+            scheduling="interrupt",
         )
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert [r.name for r in pushed] == ["tables"]
-        session.conversation.begin_interruption()  # the bot was cut off while saying it
-        session.conversation.redeliver(pushed[0])
-        session.conversation.end_interruption()
-        ctx = await session.conversation.user_turn("sorry, what?")
+        conversation.begin_interruption()  # the bot was cut off while saying it
+        conversation.redeliver(pushed[0])
+        conversation.end_interruption()
+        ctx = await conversation.user_turn("sorry, what?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
         ctx.handed_over()
-        assert (await session.conversation.user_turn("ok")).deliveries == ()
+        assert (await conversation.user_turn("ok")).deliveries == ()
         with pytest.raises(TypeError, match="BackgroundResult"):
-            session.conversation.redeliver("tables")  # type: ignore[arg-type]
+            conversation.redeliver("tables")  # type: ignore[arg-type]
 
 
 async def test_what_the_agent_said_joins_the_transcript_and_confirms_its_context() -> None:
     state = State()
-    session, runner = await open_call(state)
+    conversation, runner = await open_call(state)
+    session = conversation.session
     try:
-        ctx = await session.conversation.user_turn("four people, card 4111 1111 1111 1111")
-        line = session.conversation.agent_said("Four people, is that right? Card ending 1111.")
+        ctx = await conversation.user_turn("four people, card 4111 1111 1111 1111")
+        line = conversation.agent_said("Four people, is that right? Card ending 1111.")
         assert ctx.status == "handed_over"
         assert runner.told_steps == ["confirm"]
         assert line.speaker == "agent"
         assert line.number == 1
-        assert [(t.speaker, t.number) for t in session.conversation.transcript] == [
+        assert [(t.speaker, t.number) for t in conversation.transcript] == [
             ("user", 1),
             ("agent", 1),
         ]
-        await session.conversation.user_turn("yes")  # extractors read the caller's words only
+        await conversation.user_turn("yes")  # extractors read the caller's words only
         assert state.get("b:ok") is True
-        assert [t.speaker for t in session.conversation.transcript] == ["user", "agent", "user"]
+        assert [t.speaker for t in conversation.transcript] == ["user", "agent", "user"]
     finally:
         await session.aclose()
 
@@ -313,15 +328,16 @@ async def test_what_the_agent_said_joins_the_transcript_and_confirms_its_context
 async def test_extractors_never_read_what_the_agent_said() -> None:
     seen: list[Any] = []
     async with Session(State(), clock=ManualClock()) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("size").field("n", integer_near(["people"])).window(3).build()
         )
-        session.conversation.add_extractor(
+        conversation.add_extractor(
             Extract("probe").field("x", _Probe(seen.append)).window(3).build()
         )
-        await session.conversation.user_turn("hello")
-        session.conversation.agent_said("For how many people?")
-        await session.conversation.user_turn("four people")
+        await conversation.user_turn("hello")
+        conversation.agent_said("For how many people?")
+        await conversation.user_turn("four people")
         assert seen[-1] == "hello four people"
 
 
@@ -346,111 +362,119 @@ class _Probe:
 async def test_the_loop_is_told_when_a_result_waits_between_turns() -> None:
     waiting: list[str] = []
     fetch = fake_fetch()
-    async with Session(
-        State(), clock=ManualClock(), on_waiting=lambda r: waiting.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("tables", fetch))
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
+        session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert waiting == []
         fetch.complete({"free": 2})
-        found = await session.conversation.wait_for_delivery(timeout=5)
+        found = await conversation.wait_for_delivery(timeout=5)
         assert [r.name for r in found] == ["tables"]
         assert waiting == ["tables"]
-        assert [d.name for d in session.conversation.context_now().deliveries] == ["tables"]
+        assert [d.name for d in conversation.context_now().deliveries] == ["tables"]
 
 
 async def test_waiting_for_a_delivery_times_out_on_the_session_clock() -> None:
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
-        session.background(Resolver.fetch("tables", fake_fetch()))
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("tables", fake_fetch()), conversation.deliver)
         with pytest.raises(WaitTimeoutError, match="running: tables"):
-            await session.conversation.wait_for_delivery(timeout=3)
+            await conversation.wait_for_delivery(timeout=3)
         assert clock.monotonic() == 3  # the manual clock jumped, nobody hung
 
 
 async def test_a_silent_result_does_not_wake_the_loop() -> None:
     waiting: list[str] = []
-    async with Session(
-        State(), clock=ManualClock(), on_waiting=lambda r: waiting.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("log", fake_fetch(returns=1)), scheduling="silent")
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
+        session.background(
+            Resolver.fetch("log", fake_fetch(returns=1)), conversation.deliver, scheduling="silent"
+        )
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert waiting == []
         with pytest.raises(WaitTimeoutError):
-            await session.conversation.wait_for_delivery(timeout=1)
+            await conversation.wait_for_delivery(timeout=1)
 
 
 # -- interruptions -------------------------------------------------------------------------------
 
 
 @asynccontextmanager
-async def interrupt_lookup() -> AsyncIterator[tuple[Session, Any, list[str]]]:
+async def interrupt_lookup() -> AsyncIterator[tuple[Conversation, Any, list[str]]]:
     """A session whose 'tables' lookup (interrupt scheduling, held until the test answers) is
     in flight; yields the session, the fake and the names spoken at once (on_delivery)."""
     pushed: list[str] = []
     fetch = fake_fetch()
-    async with Session(
-        State(), clock=ManualClock(), on_delivery=lambda r: pushed.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("tables", fetch), scheduling="interrupt")
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, on_delivery=lambda r: pushed.append(r.name))
+        session.background(
+            Resolver.fetch("tables", fetch), conversation.deliver, scheduling="interrupt"
+        )
         await session.clock.advance(0)  # type: ignore[attr-defined]
-        yield session, fetch, pushed
+        yield conversation, fetch, pushed
 
 
 async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn() -> None:
-    async with interrupt_lookup() as (session, fetch, pushed):
-        session.conversation.begin_interruption()
+    async with interrupt_lookup() as (conversation, fetch, pushed):
+        session = conversation.session
+        conversation.begin_interruption()
         fetch.complete({"free": 2})
         await session.clock.advance(0)  # type: ignore[attr-defined]
-        session.conversation.end_interruption()
+        conversation.end_interruption()
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert pushed == []  # the model does not answer twice
-        ctx = await session.conversation.user_turn("do you have a table?")
+        ctx = await conversation.user_turn("do you have a table?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
         assert any(line.startswith("Background result (interrupt)") for line in ctx.lines)
         assert pushed == []
 
 
 async def test_a_result_landing_after_the_interruption_but_before_the_turn_waits_too() -> None:
-    async with interrupt_lookup() as (session, fetch, pushed):
-        session.conversation.begin_interruption()
-        session.conversation.end_interruption()  # the caller's words are being transcribed
+    async with interrupt_lookup() as (conversation, fetch, pushed):
+        session = conversation.session
+        conversation.begin_interruption()
+        conversation.end_interruption()  # the caller's words are being transcribed
         fetch.complete({"free": 2})
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert pushed == []
-        ctx = await session.conversation.user_turn("one more thing")
+        ctx = await conversation.user_turn("one more thing")
         assert [d.name for d in ctx.deliveries] == ["tables"]
         # After that turn, interrupt results are spoken at once again.
-        session.background(Resolver.fetch("menu", fake_fetch(returns=1)), scheduling="interrupt")
+        session.background(
+            Resolver.fetch("menu", fake_fetch(returns=1)), conversation.deliver, "interrupt"
+        )
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert pushed == ["menu"]
 
 
 async def test_a_false_alarm_speaks_the_held_result_at_once() -> None:
-    async with interrupt_lookup() as (session, fetch, pushed):
-        session.conversation.begin_interruption()
+    async with interrupt_lookup() as (conversation, fetch, pushed):
+        session = conversation.session
+        conversation.begin_interruption()
         fetch.complete({"free": 2})
         await session.clock.advance(0)  # type: ignore[attr-defined]
-        session.conversation.end_interruption(turn_follows=False)  # a cough
+        conversation.end_interruption(turn_follows=False)  # a cough
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert pushed == ["tables"]
-        assert (await session.conversation.user_turn("sorry")).deliveries == ()
+        assert (await conversation.user_turn("sorry")).deliveries == ()
 
 
 async def test_a_context_dropped_by_an_interruption_loses_nothing() -> None:
     fetch = fake_fetch()
     async with Session(State(), clock=ManualClock()) as session:
-        session.conversation.add_extractor(slot())
-        runner = session.run_flow(booking())
-        session.background(Resolver.fetch("tables", fetch))
+        conversation = Conversation(session)
+        conversation.add_extractor(slot())
+        runner = conversation.run_flow(booking())
+        session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
         fetch.complete({"free": 2})
-        ctx = await session.conversation.user_turn("hi")
+        ctx = await conversation.user_turn("hi")
         assert [d.name for d in ctx.deliveries] == ["tables"]
-        session.conversation.begin_interruption()  # barge-in before the model got it
+        conversation.begin_interruption()  # barge-in before the model got it
         ctx.dropped()
-        session.conversation.end_interruption()
-        again = await session.conversation.user_turn("four people")
+        conversation.end_interruption()
+        again = await conversation.user_turn("four people")
         assert [d.name for d in again.deliveries] == ["tables"]
         assert runner.active_steps == ["confirm"]
 
@@ -458,13 +482,14 @@ async def test_a_context_dropped_by_an_interruption_loses_nothing() -> None:
 async def test_a_loop_waiting_for_a_result_wakes_when_it_lands() -> None:
     fetch = fake_fetch()
     async with Session(State(), clock=ManualClock()) as session:
-        session.background(Resolver.fetch("tables", fetch))
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
         found: list[list[BackgroundResult]] = []
         async with anyio.create_task_group() as tg:
 
             async def wait() -> None:
-                found.append(await session.conversation.wait_for_delivery())
+                found.append(await conversation.wait_for_delivery())
 
             tg.start_soon(wait)
             await session.clock.advance(0)  # type: ignore[attr-defined]
@@ -476,16 +501,15 @@ async def test_a_loop_waiting_for_a_result_wakes_when_it_lands() -> None:
 async def test_a_loop_is_not_woken_for_results_held_for_the_callers_coming_turn() -> None:
     waiting: list[str] = []
     fetch = fake_fetch()
-    async with Session(
-        State(), clock=ManualClock(), on_waiting=lambda r: waiting.append(r.name)
-    ) as session:
-        session.background(Resolver.fetch("tables", fetch))
+    async with Session(State(), clock=ManualClock()) as session:
+        conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
+        session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
-        session.conversation.begin_interruption()
+        conversation.begin_interruption()
         fetch.complete({"free": 2})
-        session.conversation.end_interruption()  # their words come next
+        conversation.end_interruption()  # their words come next
         await session.clock.advance(0)  # type: ignore[attr-defined]
         assert waiting == []  # a context_now() now would answer before the caller is heard
-        ctx = await session.conversation.user_turn("is there a table?")
+        ctx = await conversation.user_turn("is there a table?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
         assert waiting == []

@@ -29,6 +29,7 @@ from booking import ASK, BYE, READ_BACK
 from booking import booking as shared_booking
 from helpers import refusal
 from slateflow import (
+    Conversation,
     Flow,
     ManualClock,
     Resolver,
@@ -198,7 +199,8 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
 ) -> None:
     during: list[tuple[Any, Any, Any]] = []
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             probe(
                 "peek",
                 during,
@@ -208,14 +210,14 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
         state.set("temp:scratch", "x")
         state.set("turn:note", "y")
         await clock.advance(3)
-        ctx = await session.conversation.user_turn(
+        ctx = await conversation.user_turn(
             "my card is 4111 1111 1111 1111 and my account 12345678, for two"
         )
 
         heard = "my card is [card ending 1111] and my account [redacted number], for two"
         assert during == [(heard, heard, 1)]  # the extractor saw the redacted turn and its keys
         assert (ctx.turn.number, ctx.turn.text, ctx.turn.at) == (1, heard, clock.time())
-        assert [(t.number, t.text) for t in session.conversation.transcript] == [(1, heard)]
+        assert [(t.number, t.text) for t in conversation.transcript] == [(1, heard)]
         assert state.get("session:turn") == 1
         # turn: and temp: last one turn: gone once user_turn returned.
         assert state.keys("turn:") == []
@@ -225,12 +227,12 @@ async def test_user_turn_redacts_records_and_clears_the_turn_keys(
         assert "4111" not in journal
         assert "12345678" not in journal
 
-        ctx = await session.conversation.user_turn("and a high chair")
+        ctx = await conversation.user_turn("and a high chair")
         assert ctx.turn.number == 2
         assert during[-1] == ("and a high chair", "and a high chair", 2)
-        assert [t.number for t in session.conversation.transcript] == [1, 2]
+        assert [t.number for t in conversation.transcript] == [1, 2]
         assert state.get("session:turn") == 2
-        assert not state.contains("turn:user")
+        assert "turn:user" not in state
 
 
 @pytest.mark.anyio
@@ -243,27 +245,29 @@ async def test_a_flow_sees_turn_keys_during_the_turn_only(state: State) -> None:
         ],
     )
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("topic").field_to("parking", "turn:parking", one_of(["parking"])).build()
         )
-        runner = session.run_flow(plan)
-        first = await session.conversation.user_turn("hello")
+        runner = conversation.run_flow(plan)
+        first = await conversation.user_turn("hello")
         assert first.postures == ("Listen.",)
-        second = await session.conversation.user_turn("is there parking?")
+        second = await conversation.user_turn("is there parking?")
         assert second.postures == ("Parking is free.",)  # the guard saw turn:parking in the turn
         assert runner.is_complete
-        assert not state.contains("turn:parking")
+        assert "turn:parking" not in state
 
 
 @pytest.mark.anyio
 async def test_redact_none_keeps_the_words(state: State) -> None:
     seen: list[str] = []
-    async with Session(state, redact=None) as session:
-        session.conversation.add_extractor(probe("peek", seen).build())
-        ctx = await session.conversation.user_turn("card 4111 1111 1111 1111, ref 12345678")
+    async with Session(state) as session:
+        conversation = Conversation(session, redact=None)
+        conversation.add_extractor(probe("peek", seen).build())
+        ctx = await conversation.user_turn("card 4111 1111 1111 1111, ref 12345678")
     assert ctx.turn.text == "card 4111 1111 1111 1111, ref 12345678"
     assert seen == ["card 4111 1111 1111 1111, ref 12345678"]
-    assert session.conversation.transcript[0].text == "card 4111 1111 1111 1111, ref 12345678"
+    assert conversation.transcript[0].text == "card 4111 1111 1111 1111, ref 12345678"
 
 
 @pytest.mark.anyio
@@ -275,16 +279,17 @@ async def test_a_custom_redact_is_what_everything_reads(state: State) -> None:
         calls.append(text)
         return text.replace("Ada", "[name]")
 
-    async with Session(state, redact=mask_names) as session:
-        session.conversation.add_extractor(
+    async with Session(state) as session:
+        conversation = Conversation(session, redact=mask_names)
+        conversation.add_extractor(
             probe("peek", seen, lambda text: (text, state.get("turn:user"))).build()
         )
-        ctx = await session.conversation.user_turn("I'm Ada, card 4111 1111 1111 1111")
+        ctx = await conversation.user_turn("I'm Ada, card 4111 1111 1111 1111")
     # The custom callable replaces the default: it ran once and the digits stay as said.
     assert calls == ["I'm Ada, card 4111 1111 1111 1111"]
     assert ctx.turn.text == "I'm [name], card 4111 1111 1111 1111"
     assert seen == [(ctx.turn.text, ctx.turn.text)]
-    assert [t.text for t in session.conversation.transcript] == [ctx.turn.text]
+    assert [t.text for t in conversation.transcript] == [ctx.turn.text]
 
 
 # -- 2. extractors in a session -------------------------------------------------------------------
@@ -293,16 +298,17 @@ async def test_a_custom_redact_is_what_everything_reads(state: State) -> None:
 @pytest.mark.anyio
 async def test_extractors_run_each_turn_with_extraction_provenance(state: State) -> None:
     async with Session(state) as session:
+        conversation = Conversation(session)
         extractor = sizes()
-        session.conversation.add_extractor(extractor)
-        await session.conversation.user_turn("hello")
-        assert not state.contains("b:size")
-        await session.conversation.user_turn("four people please")
+        conversation.add_extractor(extractor)
+        await conversation.user_turn("hello")
+        assert "b:size" not in state
+        await conversation.user_turn("four people please")
         assert state.get("b:size") == 4
         prov = state.provenance("b:size")
         assert prov is not None
         assert (prov.source, prov.writer) == ("extraction", "b")
-        await session.conversation.user_turn("no, six people")  # keep_known: the first size stays
+        await conversation.user_turn("no, six people")  # keep_known: the first size stays
         assert state.get("b:size") == 4
     assert [r.written for r in extractor.history] == [{}, {"b:size": 4}, {}]
     assert extractor.history[2].decisions[0].reason == "keep_known: 'b:size' is already known (4)"
@@ -312,10 +318,11 @@ async def test_extractors_run_each_turn_with_extraction_provenance(state: State)
 async def test_extractors_run_in_the_order_added_each_reading_the_turn(state: State) -> None:
     order: list[str] = []
     async with Session(state) as session:
-        session.conversation.add_extractor(probe("first", order, lambda t: f"first:{t}").build())
-        session.conversation.add_extractor(probe("second", order, lambda t: f"second:{t}").build())
-        await session.conversation.user_turn("a")
-        await session.conversation.user_turn("b")
+        conversation = Conversation(session)
+        conversation.add_extractor(probe("first", order, lambda t: f"first:{t}").build())
+        conversation.add_extractor(probe("second", order, lambda t: f"second:{t}").build())
+        await conversation.user_turn("a")
+        await conversation.user_turn("b")
     assert order == ["first:a", "second:a", "first:b", "second:b"]
 
 
@@ -324,10 +331,11 @@ async def test_window_reads_the_last_n_redacted_turns(state: State) -> None:
     two: list[str] = []
     three: list[str] = []
     async with Session(state) as session:
-        session.conversation.add_extractor(probe("two", two).window(2).build())
-        session.conversation.add_extractor(probe("three", three).window(3).build())
+        conversation = Conversation(session)
+        conversation.add_extractor(probe("two", two).window(2).build())
+        conversation.add_extractor(probe("three", three).window(3).build())
         for text in ["one", "card 4111 1111 1111 1111", "three", "four"]:
-            await session.conversation.user_turn(text)
+            await conversation.user_turn(text)
     assert two == [
         "one",
         "one card [card ending 1111]",
@@ -345,12 +353,13 @@ async def test_window_reads_the_last_n_redacted_turns(state: State) -> None:
 @pytest.mark.anyio
 async def test_a_window_joins_a_value_said_across_turns(state: State) -> None:
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("b").field("size", integer_near(["people"], distance=1)).window(2).build()
         )
-        await session.conversation.user_turn("we are four")
-        assert not state.contains("b:size")
-        await session.conversation.user_turn("people")
+        await conversation.user_turn("we are four")
+        assert "b:size" not in state
+        await conversation.user_turn("people")
         assert state.get("b:size") == 4
 
 
@@ -358,14 +367,15 @@ async def test_a_window_joins_a_value_said_across_turns(state: State) -> None:
 async def test_every_2_runs_on_turns_2_and_4_only(state: State) -> None:
     runs: list[Any] = []
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             probe("slow", runs, lambda text: (state.get("session:turn"), text))
             .window(2)
             .trigger(Trigger.every(2))
             .build()
         )
         for i in range(1, 6):
-            await session.conversation.user_turn(f"t{i}")
+            await conversation.user_turn(f"t{i}")
     assert runs == [(2, "t1 t2"), (4, "t3 t4")]
 
 
@@ -374,19 +384,18 @@ async def test_after_tool_runs_on_tool_ok_and_not_on_turns(state: State) -> None
     only_tool: list[str] = []
     both: list[str] = []
     async with Session(state) as session:
-        session.conversation.add_extractor(
-            probe("tool", only_tool).trigger(Trigger.after_tool()).build()
-        )
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(probe("tool", only_tool).trigger(Trigger.after_tool()).build())
+        conversation.add_extractor(
             probe("both", both).trigger(Trigger.every_turn(), Trigger.after_tool()).build()
         )
-        await session.conversation.tool_ok("lookup")  # no turn yet: nothing to read
+        await conversation.tool_ok("lookup")  # no turn yet: nothing to read
         assert (only_tool, both) == ([], [])
-        await session.conversation.user_turn("my reference is AB1234")
-        await session.conversation.user_turn("did you find it")
+        await conversation.user_turn("my reference is AB1234")
+        await conversation.user_turn("did you find it")
         assert only_tool == []
         assert both == ["my reference is AB1234", "did you find it"]
-        await session.conversation.tool_ok("lookup")
+        await conversation.tool_ok("lookup")
         assert only_tool == ["did you find it"]
         assert both == ["my reference is AB1234", "did you find it", "did you find it"]
 
@@ -394,12 +403,13 @@ async def test_after_tool_runs_on_tool_ok_and_not_on_turns(state: State) -> None
 @pytest.mark.anyio
 async def test_after_tool_writes_what_the_turn_did_not(state: State) -> None:
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("ref").field("n", integer()).trigger(Trigger.after_tool()).build()
         )
-        await session.conversation.user_turn("ticket 42")
-        assert not state.contains("ref:n")
-        await session.conversation.tool_ok("lookup")
+        await conversation.user_turn("ticket 42")
+        assert "ref:n" not in state
+        await conversation.tool_ok("lookup")
         assert state.get("ref:n") == 42
         prov = state.provenance("ref:n")
         assert prov is not None
@@ -412,22 +422,23 @@ async def test_a_yes_said_before_the_read_back_is_not_re_read_when_confirm_is_en
 ) -> None:
     yes = answers(Trigger.every_turn(), Trigger.on_step_change())
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(yes)  # runs before the size is known ...
-        session.conversation.add_extractor(sizes())  # ... which enters the confirm step
-        runner = session.run_flow(booking())
+        conversation = Conversation(session)
+        conversation.add_extractor(yes)  # runs before the size is known ...
+        conversation.add_extractor(sizes())  # ... which enters the confirm step
+        runner = conversation.run_flow(booking())
         await settle()  # entering 'ask' at the start: nothing said yet, nothing read
         assert yes.history == []
-        ctx = await session.conversation.user_turn("yes, four people")  # said in one breath
+        ctx = await conversation.user_turn("yes, four people")  # said in one breath
         assert runner.active_steps == ["confirm"]
         assert ctx.postures == (CONFIRM,)
         await settle()  # the step change does not re-read it: the question was never asked
-        assert not state.contains("b:ok")
+        assert "b:ok" not in state
         assert len(yes.history) == 1
         assert runner.told_steps == []  # the read-back has not reached the model yet
 
         ctx.handed_over()  # the model reads the booking back ...
         assert runner.told_steps == ["confirm"]
-        await session.conversation.user_turn("yes")  # ... and this yes answers it
+        await conversation.user_turn("yes")  # ... and this yes answers it
         assert state.get("b:ok") is True
         assert runner.active_steps == ["book"]
 
@@ -437,12 +448,13 @@ async def test_without_on_step_change_the_early_yes_is_lost(
     clock: ManualClock, state: State
 ) -> None:
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(answers())
-        session.conversation.add_extractor(sizes())
-        runner = session.run_flow(booking())
-        await session.conversation.user_turn("yes, four people")
+        conversation = Conversation(session)
+        conversation.add_extractor(answers())
+        conversation.add_extractor(sizes())
+        runner = conversation.run_flow(booking())
+        await conversation.user_turn("yes, four people")
         await settle()
-        assert not state.contains("b:ok")
+        assert "b:ok" not in state
         assert runner.active_steps == ["confirm"]
 
 
@@ -450,20 +462,21 @@ async def test_without_on_step_change_the_early_yes_is_lost(
 async def test_on_step_change_alone_does_not_run_on_turns(clock: ManualClock, state: State) -> None:
     yes = answers(Trigger.on_step_change())
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(sizes())
-        session.conversation.add_extractor(yes)
-        runner = session.run_flow(booking())
+        conversation = Conversation(session)
+        conversation.add_extractor(sizes())
+        conversation.add_extractor(yes)
+        runner = conversation.run_flow(booking())
         await settle()
-        await session.conversation.user_turn("hello")
+        await conversation.user_turn("hello")
         await settle()
         assert yes.history == []  # no step entered, no run
-        await session.conversation.user_turn("four people")
+        await conversation.user_turn("four people")
         await settle()
         assert yes.history == []  # confirm entered, but its question was never asked
-        await session.conversation.user_turn("yes")
+        await conversation.user_turn("yes")
         await settle()
         assert yes.history == []  # a turn alone does not run it
-        assert not state.contains("b:ok")
+        assert "b:ok" not in state
         assert runner.active_steps == ["confirm"]
 
 
@@ -477,22 +490,21 @@ async def test_a_turn_key_from_an_on_step_change_re_read_does_not_reach_the_next
         [Step("ask", done=captured("b:size")), Step("next", after=["ask"], done=is_true("x"))],
     )
     async with Session(state) as session:
-        session.conversation.add_extractor(sizes())
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(sizes())
+        conversation.add_extractor(
             Extract("topic")
             .field_to("parking", "turn:parking", one_of(["parking"]))
             .trigger(Trigger.every_turn(), Trigger.on_step_change())
             .build()
         )
-        session.conversation.add_extractor(
-            probe("peek", seen, lambda t: state.get("turn:parking")).build()
-        )
-        session.run_flow(plan)
+        conversation.add_extractor(probe("peek", seen, lambda t: state.get("turn:parking")).build())
+        conversation.run_flow(plan)
         await settle()
-        await session.conversation.user_turn("four people, and is there parking?")
+        await conversation.user_turn("four people, and is there parking?")
         assert seen == ["parking"]
         await settle()  # 'next' was entered: the topic extractor re-reads that turn
-        await session.conversation.user_turn("thanks")
+        await conversation.user_turn("thanks")
         assert seen == ["parking", None]  # nothing about parking was said this turn
 
 
@@ -509,19 +521,20 @@ async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
         ],
     )
     async with Session(state) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .field("day", one_of(["friday", "saturday"]))
             .on_complete(Resolver.fetch("availability", check), "call")
             .build()
         )
-        session.run_flow(plan)
-        first = await session.conversation.user_turn("four people")
+        conversation.run_flow(plan)
+        first = await conversation.user_turn("four people")
         assert check.call_count == 0  # one field still unknown
         assert first.postures == ("Collect the details.",)
 
-        second = await session.conversation.user_turn("on saturday")
+        second = await conversation.user_turn("on saturday")
         assert check.call_count == 1
         assert state.get("availability:result") == {"open": True}
         assert second.postures == ("Offer the table.",)  # the same turn saw the result
@@ -529,12 +542,12 @@ async def test_on_complete_call_runs_once_and_the_flow_sees_it_on_that_turn(
         assert check.calls[0].saw("slots:size")
         assert check.calls[0].saw("slots:day")
 
-        await session.conversation.user_turn("saturday, four people")  # still complete: not again
+        await conversation.user_turn("saturday, four people")  # still complete: not again
         assert check.call_count == 1
         state.remove("slots:day")
-        await session.conversation.user_turn("hmm")  # lost ...
+        await conversation.user_turn("hmm")  # lost ...
         assert check.call_count == 1
-        await session.conversation.user_turn("friday then")  # ... and found again
+        await conversation.user_turn("friday then")  # ... and found again
         assert check.call_count == 2
         assert state.get("slots:day") == "friday"
 
@@ -552,14 +565,15 @@ async def test_on_complete_dispatch_does_not_hold_the_turn(
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .on_complete(Resolver.fetch("availability", check), "dispatch")
             .build()
         )
-        runner = session.run_flow(plan)
-        ctx = await session.conversation.user_turn("two people")
+        runner = conversation.run_flow(plan)
+        ctx = await conversation.user_turn("two people")
         assert state.get("availability:status") == "running"
         assert ctx.postures == ("Collect.",)  # the turn did not wait
         await settle()
@@ -568,7 +582,7 @@ async def test_on_complete_dispatch_does_not_hold_the_turn(
         await settle()
         assert state.get("availability:result") == {"open": False}
         assert runner.is_complete
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.deliveries == ()  # dispatch mode delivers nothing to the model
 
 
@@ -578,7 +592,8 @@ async def test_on_complete_background_result_reaches_the_next_turn(
 ) -> None:
     check = fake_fetch()
     async with Session(state, clock=clock) as session:
-        session.conversation.add_extractor(
+        conversation = Conversation(session)
+        conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
             .on_complete(
@@ -586,11 +601,11 @@ async def test_on_complete_background_result_reaches_the_next_turn(
             )
             .build()
         )
-        await session.conversation.user_turn("two people")
+        await conversation.user_turn("two people")
         await settle()
         check.complete({"open": True})
         await settle()
-        ctx = await session.conversation.user_turn("well?")
+        ctx = await conversation.user_turn("well?")
         assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
             ("availability", {"open": True}, Scheduling.INTERRUPT)
         ]
@@ -606,23 +621,24 @@ async def test_a_broken_extractor_is_reported_and_the_turn_goes_on(
     good = sizes()
     plan = Flow("f", [Step("ask", done=captured("b:size"), posture="Ask.")])
     async with Session(state) as session:
-        session.conversation.add_extractor(bad)
-        session.conversation.add_extractor(good)
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        conversation.add_extractor(bad)
+        conversation.add_extractor(good)
+        runner = conversation.run_flow(plan)
         with caplog.at_level(logging.ERROR, logger="slateflow.resolve"):
-            ctx = await session.conversation.user_turn("2 people")
+            ctx = await conversation.user_turn("2 people")
         assert ctx.turn.number == 1
         assert state.get("b:size") == 2  # the extractor after it still ran
         assert runner.is_complete  # and the flow advanced
-        assert not state.contains("bad:x")
+        assert "bad:x" not in state
         assert state.keys("turn:") == []
-        await session.conversation.user_turn("3 people")  # it is not dropped: it fails again
+        await conversation.user_turn("3 people")  # it is not dropped: it fails again
     error = ZeroDivisionError if broken == "mapped" else RuntimeError
     assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [
         (bad, error),
         (bad, error),
     ]
-    assert "slateflow session: extractor 'bad' failed" in caplog.messages
+    assert "slateflow conversation: extractor 'bad' failed" in caplog.messages
     assert bad.history == []
 
 
@@ -639,9 +655,10 @@ REFUSE_REFUND_ASK = (
 
 @pytest.mark.anyio
 async def test_the_context_of_a_first_turn(state: State) -> None:
-    async with Session(state, tools=["transfer", "book"]) as session:
-        session.run_flow(booking())
-        ctx = await session.conversation.user_turn("hi")
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["transfer", "book"])
+        conversation.run_flow(booking())
+        ctx = await conversation.user_turn("hi")
     assert ctx.postures == (ASK,)
     assert ctx.grounds == ("Party size: not given.",)
     assert ctx.reprompts == ()
@@ -663,13 +680,14 @@ async def test_the_context_of_a_first_turn(state: State) -> None:
 
 @pytest.mark.anyio
 async def test_refusals_match_what_the_session_and_flow_say(state: State) -> None:
-    async with Session(state, tools=["transfer"]) as session:
-        runner = session.run_flow(booking())
-        ctx = await session.conversation.user_turn("hi")
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["transfer"])
+        runner = conversation.run_flow(booking())
+        ctx = await conversation.user_turn("hi")
         for tool, reason in ctx.refused.items():
-            assert refusal(session, tool) == reason
+            assert refusal(conversation, tool) == reason
             assert (runner.admit(tool, record=False).reason or None) == reason
-        assert refusal(session, "transfer") is None
+        assert refusal(conversation, "transfer") is None
 
 
 @pytest.mark.anyio
@@ -694,17 +712,18 @@ async def test_postures_and_grounds_of_every_active_step_in_flow_order(state: St
     )
     other = Flow("other", [Step("note", done=is_true("never"), posture="Be brief.")])
     async with Session(state) as session:
-        session.run_flow(plan)
-        session.run_flow(other)
-        ctx = await session.conversation.user_turn("hi")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        conversation.run_flow(other)
+        ctx = await conversation.user_turn("hi")
         assert ctx.postures == ("Get the name.", "Get the phone.", "Be brief.")
         assert ctx.grounds == ("Name: unknown.", "Phone known: no.")
         state.set("c:phone", "555")
-        ctx = await session.conversation.user_turn("my number is 555")
+        ctx = await conversation.user_turn("my number is 555")
         assert ctx.postures == ("Get the name.", "Be brief.")
         assert ctx.grounds == ("Name: unknown.",)
         state.set("c:name", "Ada")
-        ctx = await session.conversation.user_turn("Ada")
+        ctx = await conversation.user_turn("Ada")
         # Complete: the terminal step's closing words are said.
         assert ctx.postures == ("Thank them.", "Be brief.")
         assert ctx.grounds == ()
@@ -722,53 +741,56 @@ async def test_the_unmet_line_names_required_steps_not_done(state: State) -> Non
         constraints=[require("b", "a")],
     )
     async with Session(state) as session:
-        session.run_flow(plan)
-        ctx = await session.conversation.user_turn("x")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        ctx = await conversation.user_turn("x")
         assert ctx.unmet == ("b", "a")
         assert "Before finishing, these still need to happen: b, a." in ctx.lines
         state.set("b", True)
-        ctx = await session.conversation.user_turn("x")
+        ctx = await conversation.user_turn("x")
         assert ctx.unmet == ("a",)
         assert ctx.lines == ("Before finishing, these still need to happen: a.",)
         state.set("a", True)
-        ctx = await session.conversation.user_turn("x")
+        ctx = await conversation.user_turn("x")
         assert ctx.unmet == ()
         assert not any(x.startswith("Before finishing") for x in ctx.all_lines)
 
 
 @pytest.mark.anyio
 async def test_lines_are_not_repeated_but_a_changed_ground_is(state: State) -> None:
-    async with Session(state, tools=["transfer"]) as session:
-        session.conversation.add_extractor(sizes(correctable=True))
-        runner = session.run_flow(booking())
-        first = await session.conversation.user_turn("hi")
-        again = await session.conversation.user_turn("hmm")
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["transfer"])
+        conversation.add_extractor(sizes(correctable=True))
+        runner = conversation.run_flow(booking())
+        first = await conversation.user_turn("hi")
+        again = await conversation.user_turn("hmm")
         assert again.lines == ()
         assert again.prompt == ""
         assert again.all_lines == first.all_lines  # everything still applies
 
-        sized = await session.conversation.user_turn("four people")
+        sized = await conversation.user_turn("four people")
         assert runner.active_steps == ["confirm"]
         assert sized.all_lines == (CONFIRM, "Party of 4.", UNMET_BOTH, TOOLS_TRANSFER)
         assert sized.lines == (CONFIRM, "Party of 4.")  # the unmet and tools lines were sent
         assert sized.prompt == f"{CONFIRM}\nParty of 4."
 
-        corrected = await session.conversation.user_turn("sorry, five people")
+        corrected = await conversation.user_turn("sorry, five people")
         assert corrected.lines == ("Party of 5.",)  # only the changed ground is said again
         assert corrected.all_lines == (CONFIRM, "Party of 5.", UNMET_BOTH, TOOLS_TRANSFER)
 
-        back = await session.conversation.user_turn("no, four people")
+        back = await conversation.user_turn("no, four people")
         assert back.lines == ("Party of 4.",)  # compared with the previous turn only
 
 
 @pytest.mark.anyio
 async def test_tools_follow_the_active_step(state: State) -> None:
-    async with Session(state, tools=["transfer"]) as session:
-        session.conversation.add_extractor(sizes())
-        runner = session.run_flow(booking())
-        await session.conversation.user_turn("four people")
+    async with Session(state) as session:
+        conversation = Conversation(session, tools=["transfer"])
+        conversation.add_extractor(sizes())
+        runner = conversation.run_flow(booking())
+        await conversation.user_turn("four people")
         state.set("b:ok", True)
-        ctx = await session.conversation.user_turn("yes")
+        ctx = await conversation.user_turn("yes")
         assert runner.active_steps == ["book"]
         assert ctx.tools == ("transfer", "book")
         assert ctx.refused == {
@@ -780,8 +802,8 @@ async def test_tools_follow_the_active_step(state: State) -> None:
             "Before finishing, these still need to happen: book.",
             "Tools you may call now: transfer, book.",
         )
-        await session.conversation.tool_ok("book")
-        ctx = await session.conversation.user_turn("thanks")
+        await conversation.tool_ok("book")
+        ctx = await conversation.user_turn("thanks")
         assert runner.is_complete
         assert ctx.postures == (BYE,)
         assert ctx.unmet == ()
@@ -797,17 +819,18 @@ async def test_context_now_between_turns_takes_deliveries_and_dedupes(
     clock: ManualClock, state: State
 ) -> None:
     lookup = fake_fetch()
-    async with Session(state, clock=clock, tools=["transfer"]) as session:
-        session.run_flow(booking())
-        before = session.conversation.context_now()
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, tools=["transfer"])
+        conversation.run_flow(booking())
+        before = conversation.context_now()
         assert before.turn.number == 0
         assert before.lines == (ASK, "Party size: not given.", UNMET_BOTH, TOOLS_TRANSFER)
-        await session.conversation.user_turn("hi")
-        session.background(Resolver.fetch("lookup", lookup))
+        await conversation.user_turn("hi")
+        session.background(Resolver.fetch("lookup", lookup), conversation.deliver)
         await settle()
         lookup.complete({"open": True})
         await settle()
-        now = session.conversation.context_now()
+        now = conversation.context_now()
         assert now.turn.number == 1
         assert [r.name for r in now.deliveries] == ["lookup"]
         assert now.lines == (
@@ -817,8 +840,8 @@ async def test_context_now_between_turns_takes_deliveries_and_dedupes(
                 {"resolver": "lookup", "result": {"open": True}, "status": "completed"},
             ),
         )
-        assert session.conversation.transcript[-1].number == 1  # nothing recorded
-        ctx = await session.conversation.user_turn("and?")
+        assert conversation.transcript[-1].number == 1  # nothing recorded
+        ctx = await conversation.user_turn("and?")
         assert ctx.deliveries == ()
         assert ctx.lines == ()
 
@@ -833,16 +856,19 @@ async def test_a_background_result_lands_in_the_next_context_exactly_once(
 ) -> None:
     lookup = fake_fetch()
     async with Session(state, clock=clock) as session:
-        ack = session.background(Resolver.fetch("lookup", lookup), scheduling=scheduling)
+        conversation = Conversation(session)
+        ack = session.background(
+            Resolver.fetch("lookup", lookup), conversation.deliver, scheduling=scheduling
+        )
         assert ack == {"status": "running", "resolver": "lookup"}
-        first = await session.conversation.user_turn("is it free?")
+        first = await conversation.user_turn("is it free?")
         assert first.deliveries == ()  # still running
         await settle()
         lookup.complete({"open": True})
         await settle()
         assert state.get("lookup:result") == {"open": True}
 
-        second = await session.conversation.user_turn("well?")
+        second = await conversation.user_turn("well?")
         [result] = second.deliveries
         assert isinstance(result, BackgroundResult)
         assert (result.name, result.status, result.value, result.scheduling) == (
@@ -857,10 +883,10 @@ async def test_a_background_result_lands_in_the_next_context_exactly_once(
         assert delivery_lines(second.all_lines) == expected
         assert delivery_lines(second.lines) == expected
 
-        third = await session.conversation.user_turn("ok")
+        third = await conversation.user_turn("ok")
         assert third.deliveries == ()
-        assert session.conversation.take_deliveries() == []
-        assert session.conversation.context_now().deliveries == ()
+        assert conversation.take_deliveries() == []
+        assert conversation.context_now().deliveries == ()
 
 
 @pytest.mark.anyio
@@ -869,9 +895,10 @@ async def test_results_are_handed_over_oldest_first_and_errors_too(
 ) -> None:
     a, b, c = fake_fetch(), fake_fetch(), fake_fetch()
     async with Session(state, clock=clock) as session:
-        session.background(Resolver.fetch("a", a))
-        session.background(Resolver.fetch("b", b), scheduling="silent")
-        session.background(Resolver.fetch("c", c), scheduling="interrupt")
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("a", a), conversation.deliver)
+        session.background(Resolver.fetch("b", b), conversation.deliver, scheduling="silent")
+        session.background(Resolver.fetch("c", c), conversation.deliver, scheduling="interrupt")
         await settle()
         c.complete(3)
         await settle()
@@ -879,7 +906,7 @@ async def test_results_are_handed_over_oldest_first_and_errors_too(
         await settle()
         b.complete(2)
         await settle()
-        ctx = await session.conversation.user_turn("?")
+        ctx = await conversation.user_turn("?")
     assert [(r.name, r.status) for r in ctx.deliveries] == [
         ("c", "completed"),
         ("a", "error"),
@@ -900,11 +927,12 @@ async def test_take_deliveries_hands_them_over_instead_of_the_turn(
 ) -> None:
     lookup = fake_fetch(returns=1)
     async with Session(state, clock=clock) as session:
-        session.background(Resolver.fetch("lookup", lookup))
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("lookup", lookup), conversation.deliver)
         await settle()
-        assert [r.value for r in session.conversation.take_deliveries()] == [1]
-        assert session.conversation.take_deliveries() == []
-        ctx = await session.conversation.user_turn("?")
+        assert [r.value for r in conversation.take_deliveries()] == [1]
+        assert conversation.take_deliveries() == []
+        ctx = await conversation.user_turn("?")
         assert ctx.deliveries == ()
 
 
@@ -914,10 +942,17 @@ async def test_an_interrupt_result_is_pushed_at_once_and_not_in_the_next_turn(
 ) -> None:
     pushed: list[BackgroundResult] = []
     urgent, idle, quiet = fake_fetch(), fake_fetch(), fake_fetch()
-    async with Session(state, clock=clock, on_delivery=pushed.append) as session:
-        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
-        session.background(Resolver.fetch("idle", idle), scheduling="when_idle")
-        session.background(Resolver.fetch("quiet", quiet), scheduling="silent")
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=pushed.append)
+        session.background(
+            Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt"
+        )
+        session.background(
+            Resolver.fetch("idle", idle), conversation.deliver, scheduling="when_idle"
+        )
+        session.background(
+            Resolver.fetch("quiet", quiet), conversation.deliver, scheduling="silent"
+        )
         await settle()
         urgent.complete("now!")
         await settle()
@@ -930,7 +965,7 @@ async def test_an_interrupt_result_is_pushed_at_once_and_not_in_the_next_turn(
         quiet.complete("shh")
         await settle()
         assert len(pushed) == 1  # only interrupt results are pushed
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert [r.name for r in ctx.deliveries] == ["idle", "quiet"]
         assert delivery_lines(ctx.lines) == [
             line(
@@ -952,12 +987,21 @@ async def test_an_async_on_delivery_is_awaited_and_its_failure_reported(
         if result.name == "bad":
             raise ValueError("tts down")
 
-    async with Session(state, clock=clock, on_delivery=speak) as session:
-        session.background(Resolver.fetch("good", fake_fetch(returns=1)), scheduling="interrupt")
-        session.background(Resolver.fetch("bad", fake_fetch(returns=2)), scheduling="interrupt")
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak)
+        session.background(
+            Resolver.fetch("good", fake_fetch(returns=1)),
+            conversation.deliver,
+            scheduling="interrupt",
+        )
+        session.background(
+            Resolver.fetch("bad", fake_fetch(returns=2)),
+            conversation.deliver,
+            scheduling="interrupt",
+        )
         await settle()
         assert sorted(spoken) == ["bad", "good"]
-        ctx = await session.conversation.user_turn("?")
+        ctx = await conversation.user_turn("?")
         # The one whose push failed never reached the model: the next context carries it.
         assert [d.name for d in ctx.deliveries] == ["bad"]
     assert [(receiver, type(exc)) for receiver, exc in failures.seen] == [(speak, ValueError)]
@@ -969,12 +1013,13 @@ async def test_a_deliver_callable_gets_the_result_instead_of_the_model(
 ) -> None:
     mine: list[BackgroundResult] = []
     pushed: list[BackgroundResult] = []
-    async with Session(state, clock=clock, on_delivery=pushed.append) as session:
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=pushed.append)
         session.background(
             Resolver.fetch("lookup", fake_fetch(returns=1)), mine.append, "interrupt"
         )
         await settle()
-        ctx = await session.conversation.user_turn("?")
+        ctx = await conversation.user_turn("?")
     assert [(r.name, r.scheduling) for r in mine] == [("lookup", Scheduling.INTERRUPT)]
     assert pushed == []
     assert ctx.deliveries == ()
@@ -1000,9 +1045,10 @@ async def test_flow_background_actions_come_through_the_turn_context(
         ],
     )
     async with Session(state, clock=clock) as session:
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        runner = conversation.run_flow(plan)
         state.set("go", True)
-        ctx = await session.conversation.user_turn("can you check?")
+        ctx = await conversation.user_turn("can you check?")
         assert ctx.postures == ("Say you are checking.",)
         assert ctx.deliveries == ()
         await settle()
@@ -1010,7 +1056,7 @@ async def test_flow_background_actions_come_through_the_turn_context(
         check.complete({"open": True})
         await settle()
         assert runner.is_complete
-        ctx = await session.conversation.user_turn("and?")
+        ctx = await conversation.user_turn("and?")
         assert ctx.postures == ("Give the answer.",)
         assert [(r.name, r.value, r.scheduling) for r in ctx.deliveries] == [
             ("availability", {"open": True}, Scheduling.WHEN_IDLE)
@@ -1022,11 +1068,13 @@ async def test_flow_background_actions_come_through_the_turn_context(
                 {"resolver": "availability", "result": {"open": True}, "status": "completed"},
             )
         ]
-        assert runner.take_deliveries() == []
+        assert conversation.take_deliveries() == []
 
 
 @pytest.mark.anyio
-async def test_a_runner_takes_only_its_own_deliveries(clock: ManualClock, state: State) -> None:
+async def test_a_flows_results_and_the_sessions_arrive_in_the_same_inbox(
+    clock: ManualClock, state: State
+) -> None:
     plan = Flow(
         "f",
         [
@@ -1038,13 +1086,16 @@ async def test_a_runner_takes_only_its_own_deliveries(clock: ManualClock, state:
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.background(Resolver.fetch("theirs", fake_fetch(returns="session")))
-        runner = session.run_flow(plan)
+        conversation = Conversation(session)
+        session.background(
+            Resolver.fetch("theirs", fake_fetch(returns="session")), conversation.deliver
+        )
+        conversation.run_flow(plan)
         await settle()
-        assert [r.value for r in runner.take_deliveries()] == ["flow"]
-        assert runner.take_deliveries() == []
-        ctx = await session.conversation.user_turn("?")
-        assert [r.value for r in ctx.deliveries] == ["session"]
+        assert sorted(r.value for r in conversation.take_deliveries()) == ["flow", "session"]
+        assert conversation.take_deliveries() == []
+        ctx = await conversation.user_turn("?")
+        assert ctx.deliveries == ()  # each handed out once
 
 
 @pytest.mark.anyio
@@ -1066,12 +1117,13 @@ async def test_a_flow_interrupt_action_is_pushed_with_on_delivery(
             ),
         ],
     )
-    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.value)) as s:
-        runner = s.run_flow(plan)
+    async with Session(state, clock=clock) as s:
+        conversation = Conversation(s, on_delivery=lambda r: pushed.append(r.value))
+        conversation.run_flow(plan)
         await settle()
         assert pushed == ["flagged"]
-        assert runner.take_deliveries() == []
-        assert (await s.conversation.user_turn("?")).deliveries == ()
+        assert conversation.take_deliveries() == []
+        assert (await conversation.user_turn("?")).deliveries == ()
 
 
 # -- 5. the interruption race ---------------------------------------------------------------------
@@ -1090,16 +1142,21 @@ async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_o
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        pushed.append((result.name, session.conversation.interrupting))
+        pushed.append((result.name, conversation.interrupting))
 
     urgent, idle = fake_fetch(), fake_fetch()
-    async with Session(state, clock=clock, on_delivery=speak) as session:
-        runner = session.run_flow(waiting_flow("urgent", "idle"))
-        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
-        session.background(Resolver.fetch("idle", idle), scheduling="when_idle")
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak)
+        runner = conversation.run_flow(waiting_flow("urgent", "idle"))
+        session.background(
+            Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt"
+        )
+        session.background(
+            Resolver.fetch("idle", idle), conversation.deliver, scheduling="when_idle"
+        )
         await settle()
-        session.conversation.begin_interruption()
-        assert session.conversation.interrupting
+        conversation.begin_interruption()
+        assert conversation.interrupting
         urgent.complete("fraud alert")
         idle.complete("table free")
         await settle()
@@ -1111,18 +1168,18 @@ async def test_an_interrupt_result_during_an_interruption_waits_then_is_pushed_o
         # ... but nothing is said over the caller.
         assert pushed == []
 
-        session.conversation.end_interruption()  # the caller's words come next, as a turn
-        assert not session.conversation.interrupting
+        conversation.end_interruption()  # the caller's words come next, as a turn
+        assert not conversation.interrupting
         await settle()
         assert pushed == []  # not spoken before the caller's own turn is answered
 
-        ctx = await session.conversation.user_turn("sorry, go on")
+        ctx = await conversation.user_turn("sorry, go on")
         assert sorted(r.name for r in ctx.deliveries) == ["idle", "urgent"]  # in that reply
-        session.conversation.begin_interruption()
-        session.conversation.end_interruption()
+        conversation.begin_interruption()
+        conversation.end_interruption()
         await settle()
         assert pushed == []
-        assert session.conversation.take_deliveries() == []  # never twice
+        assert conversation.take_deliveries() == []  # never twice
 
 
 @pytest.mark.anyio
@@ -1131,19 +1188,22 @@ async def test_without_on_delivery_a_held_interrupt_result_waits_for_the_next_tu
 ) -> None:
     urgent = fake_fetch()
     async with Session(state, clock=clock) as session:
-        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+        conversation = Conversation(session)
+        session.background(
+            Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt"
+        )
         await settle()
-        session.conversation.begin_interruption()
+        conversation.begin_interruption()
         urgent.complete(1)
         await settle()
         assert state.get("urgent:result") == 1
-        session.conversation.end_interruption()
+        conversation.end_interruption()
         await settle()
-        ctx = await session.conversation.user_turn("go on")
+        ctx = await conversation.user_turn("go on")
         assert [(r.name, r.scheduling) for r in ctx.deliveries] == [
             ("urgent", Scheduling.INTERRUPT)
         ]
-        assert (await session.conversation.user_turn("ok")).deliveries == ()
+        assert (await conversation.user_turn("ok")).deliveries == ()
 
 
 @pytest.mark.anyio
@@ -1152,17 +1212,18 @@ async def test_a_turn_during_the_interruption_takes_the_held_result_so_end_pushe
 ) -> None:
     pushed: list[str] = []
     urgent = fake_fetch()
-    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as s:
-        s.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+    async with Session(state, clock=clock) as s:
+        conversation = Conversation(s, on_delivery=lambda r: pushed.append(r.name))
+        s.background(Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt")
         await settle()
-        s.conversation.begin_interruption()
+        conversation.begin_interruption()
         urgent.complete(1)
         await settle()
-        ctx = await s.conversation.user_turn(
+        ctx = await conversation.user_turn(
             "what I was saying"
         )  # the caller's turn ends the barge-in
         assert [r.name for r in ctx.deliveries] == ["urgent"]
-        s.conversation.end_interruption()
+        conversation.end_interruption()
         await settle()
         assert pushed == []
 
@@ -1180,17 +1241,20 @@ async def test_a_held_result_waits_across_a_second_interruption_reported_from_a_
         heard.set()
 
     urgent = fake_fetch()
-    async with Session(state, clock=clock, on_delivery=speak) as session:
-        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak)
+        session.background(
+            Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt"
+        )
         await settle()
-        await anyio.to_thread.run_sync(session.conversation.begin_interruption)
+        await anyio.to_thread.run_sync(conversation.begin_interruption)
         urgent.complete(1)
         await settle()
         assert pushed == []
 
         def end_and_begin_again() -> None:
-            session.conversation.end_interruption(turn_follows=False)
-            session.conversation.begin_interruption()
+            conversation.end_interruption(turn_follows=False)
+            conversation.begin_interruption()
 
         # The loop's thread blocks on the voice thread, so the flush the first call asks for
         # runs only after the second interruption began (with to_thread the loop could run it
@@ -1202,14 +1266,12 @@ async def test_a_held_result_waits_across_a_second_interruption_reported_from_a_
         assert pushed == []  # still interrupting: held
 
         # A false alarm (nothing was said): the held result is spoken now.
-        await anyio.to_thread.run_sync(
-            lambda: session.conversation.end_interruption(turn_follows=False)
-        )
+        await anyio.to_thread.run_sync(lambda: conversation.end_interruption(turn_follows=False))
         with anyio.fail_after(SAFETY):
             await heard.wait()
         assert pushed == [("urgent", loop_thread)]  # pushed on the session's loop, once
         await settle()
-        assert (await session.conversation.user_turn("go on")).deliveries == ()
+        assert (await conversation.user_turn("go on")).deliveries == ()
 
 
 @pytest.mark.anyio
@@ -1220,20 +1282,23 @@ async def test_held_results_are_not_pushed_if_the_caller_barges_in_again_at_once
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        pushed.append((result.name, session.conversation.interrupting))
+        pushed.append((result.name, conversation.interrupting))
 
     urgent = fake_fetch()
-    async with Session(state, clock=clock, on_delivery=speak) as session:
-        session.background(Resolver.fetch("urgent", urgent), scheduling="interrupt")
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak)
+        session.background(
+            Resolver.fetch("urgent", urgent), conversation.deliver, scheduling="interrupt"
+        )
         await settle()
-        session.conversation.begin_interruption()
+        conversation.begin_interruption()
         urgent.complete(1)
         await settle()
-        session.conversation.end_interruption(turn_follows=False)
-        session.conversation.begin_interruption()  # voice activity flickers: talking again
+        conversation.end_interruption(turn_follows=False)
+        conversation.begin_interruption()  # voice activity flickers: talking again
         await settle()
         assert pushed == []
-        session.conversation.end_interruption(turn_follows=False)  # a cough, not words
+        conversation.end_interruption(turn_follows=False)  # a cough, not words
         await settle()
         assert pushed == [("urgent", False)]
 
@@ -1277,32 +1342,35 @@ async def test_results_from_threads_land_exactly_once_while_turns_run(
     def voice_thread() -> None:
         for i in range(n):
             if i % 4 == 1:
-                session.conversation.begin_interruption()
+                conversation.begin_interruption()
             state.set(f"go:{i}", True)
             gates[i].set()
             if i % 4 == 3:
-                session.conversation.end_interruption()
-        session.conversation.end_interruption()
+                conversation.end_interruption()
+        conversation.end_interruption()
 
     handed: list[str] = []
-    async with Session(state, clock=clock, on_delivery=lambda r: pushed.append(r.name)) as session:
-        runner = session.run_flow(plan)
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=lambda r: pushed.append(r.name))
+        runner = conversation.run_flow(plan)
         for i in range(n):
             session.background(
-                Resolver.function(f"thr{i}", blocking(i), thread=True), scheduling=schedulings[i]
+                Resolver.function(f"thr{i}", blocking(i), thread=True),
+                conversation.deliver,
+                scheduling=schedulings[i],
             )
         worker = threading.Thread(target=voice_thread)
         worker.start()
         expected = {f"thr{i}" for i in range(n)} | {f"flow{i}" for i in range(n)}
         with anyio.fail_after(SAFETY):
             while set(handed) | set(pushed) != expected:
-                ctx = await session.conversation.user_turn("still there?")
+                ctx = await conversation.user_turn("still there?")
                 handed.extend(r.name for r in ctx.deliveries)
                 await anyio.lowlevel.checkpoint()
             await anyio.to_thread.run_sync(worker.join)
             await session.wait_idle()
         await settle()
-        handed.extend(r.name for r in session.conversation.take_deliveries())
+        handed.extend(r.name for r in conversation.take_deliveries())
         assert runner.is_complete
     assert Counter(handed) + Counter(pushed) == Counter(expected)  # each exactly once
     assert not set(pushed) & {f"thr{i}" for i in range(n) if schedulings[i] != "interrupt"}
@@ -1339,7 +1407,7 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
     session: Session
 
     def speak(result: BackgroundResult) -> None:
-        if session.conversation.interrupting:
+        if conversation.interrupting:
             pushed_while_interrupting.append(result.name)
         pushed.append(result.name)
 
@@ -1359,10 +1427,13 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
         handed.extend(got)
         queued = []
 
-    async with Session(state, clock=clock, on_delivery=speak if push else None) as session:
-        runner = session.run_flow(waiting_flow(*names))
+    async with Session(state, clock=clock) as session:
+        conversation = Conversation(session, on_delivery=speak if push else None)
+        runner = conversation.run_flow(waiting_flow(*names))
         for name in names:
-            session.background(Resolver.fetch(name, fakes[name]), scheduling=sched[name])
+            session.background(
+                Resolver.fetch(name, fakes[name]), conversation.deliver, scheduling=sched[name]
+            )
         await settle()
         for kind, i in [*events, *(("land", j) for j in range(len(names)))]:
             if kind in ("land", "fail", "cancel"):
@@ -1393,13 +1464,13 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
                 else:
                     queued.append(name)
             elif kind == "begin":
-                session.conversation.begin_interruption()
+                conversation.begin_interruption()
                 interrupting = True
             elif kind == "end":
                 # Even: the caller's words follow as a turn, which takes the held results;
                 # odd: a false alarm, and they are spoken now.
                 follows = i % 2 == 0
-                session.conversation.end_interruption(turn_follows=follows)
+                conversation.end_interruption(turn_follows=follows)
                 interrupting = False
                 hold = follows
                 await settle()
@@ -1407,23 +1478,23 @@ async def interleaving(schedulings: list[str], events: list[tuple[str, int]], pu
                     should_push += [n for n in queued if sched[n] == "interrupt"]
                     queued = [n for n in queued if sched[n] != "interrupt"]
             elif kind == "turn":
-                ctx = await session.conversation.user_turn("and?")
+                ctx = await conversation.user_turn("and?")
                 spoken = [r for r in ctx.deliveries if r.scheduling is not Scheduling.SILENT]
                 assert len(delivery_lines(ctx.all_lines)) == len(spoken)
                 take(ctx.deliveries)
                 hold = False
             elif kind == "take":
-                take(session.conversation.take_deliveries())
+                take(conversation.take_deliveries())
             else:
-                take(session.conversation.context_now().deliveries)
-            assert session.conversation.interrupting is interrupting
+                take(conversation.context_now().deliveries)
+            assert conversation.interrupting is interrupting
             assert sorted(pushed) == sorted(should_push)
-        session.conversation.end_interruption(turn_follows=False)
+        conversation.end_interruption(turn_follows=False)
         await settle()
         if push:
             should_push += [n for n in queued if sched[n] == "interrupt"]
             queued = [n for n in queued if sched[n] != "interrupt"]
-        take(session.conversation.take_deliveries())
+        take(conversation.take_deliveries())
         assert sorted(pushed) == sorted(should_push)
 
     assert pushed_while_interrupting == []
@@ -1485,9 +1556,10 @@ async def test_timings_of_steps_active_in_two_flows_merge_most_cautious(
         ],
     )
     async with Session(state, clock=clock) as session:
-        session.run_flow(first)
-        session.run_flow(second)
-        ctx = await session.conversation.user_turn("hi")
+        conversation = Conversation(session)
+        conversation.run_flow(first)
+        conversation.run_flow(second)
+        ctx = await conversation.user_turn("hi")
         merged = {
             "reprompt_after_ms": 5000,
             "reprompt": "Are you still there?",
@@ -1507,15 +1579,15 @@ async def test_timings_of_steps_active_in_two_flows_merge_most_cautious(
             "end_of_speech_ms": 400,
         }
         assert state.get("session:voice_timing") == only_first
-        ctx = await session.conversation.user_turn("ok")
+        ctx = await conversation.user_turn("ok")
         assert ctx.voice_timing == only_first
 
         state.set("a", True)  # the step with no timing is all that is active
         await settle()
-        assert not state.contains("session:voice_timing")
-        ctx = await session.conversation.user_turn("ok")
+        assert "session:voice_timing" not in state
+        ctx = await conversation.user_turn("ok")
         assert ctx.voice_timing is None
-        assert not state.contains("session:voice_timing")
+        assert "session:voice_timing" not in state
 
 
 @pytest.mark.anyio
@@ -1537,30 +1609,32 @@ async def test_two_parallel_steps_of_one_flow_merge_and_the_key_goes_with_them(
         ],
     )
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(plan)
-        ctx = await session.conversation.user_turn("hi")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        ctx = await conversation.user_turn("hi")
         both = {"interruptible": True, "filler_after_ms": 900, "end_of_speech_ms": 700}
         assert ctx.voice_timing == both
         assert state.get("session:voice_timing") == both
         state.set("a", True)
-        ctx = await session.conversation.user_turn("a")
+        ctx = await conversation.user_turn("a")
         assert ctx.voice_timing == {"filler_after_ms": 2500, "end_of_speech_ms": 700}
         assert state.get("session:voice_timing") == ctx.voice_timing
         state.set("b", True)
-        ctx = await session.conversation.user_turn("b")
+        ctx = await conversation.user_turn("b")
         assert ctx.voice_timing is None
-        assert not state.contains("session:voice_timing")
+        assert "session:voice_timing" not in state
 
 
 @pytest.mark.anyio
 async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> None:
     plan = Flow("t", [Step("a", done=is_true("a"), timing=VoiceTiming(end_of_speech_ms=600))])
     async with Session(state, clock=ManualClock()) as session:
-        session.run_flow(plan)
-        await session.conversation.user_turn("one")
+        conversation = Conversation(session)
+        conversation.run_flow(plan)
+        await conversation.user_turn("one")
         version = state.version("session:voice_timing")
-        await session.conversation.user_turn("two")
-        await session.conversation.user_turn("three")
+        await conversation.user_turn("two")
+        await conversation.user_turn("three")
         assert state.version("session:voice_timing") == version
         prov = state.provenance("session:voice_timing")
         assert prov is not None
@@ -1572,19 +1646,20 @@ async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> N
 
 @pytest.mark.asyncio
 async def test_user_turn_under_pytest_asyncio_with_the_plugin_fixture(
-    slate_session: Session, slate_state: State, slate_clock: ManualClock
+    slate_conversation: Conversation, slate_state: State, slate_clock: ManualClock
 ) -> None:
-    slate_session.conversation.add_extractor(sizes())
-    runner = slate_session.run_flow(booking())
+    conversation = slate_conversation
+    conversation.add_extractor(sizes())
+    runner = conversation.run_flow(booking())
     lookup = fake_fetch(returns={"open": True}, delay=2, clock=slate_clock)
-    slate_session.background(Resolver.fetch("lookup", lookup))
-    ctx = await slate_session.conversation.user_turn("four people, card 4111 1111 1111 1111")
+    conversation.session.background(Resolver.fetch("lookup", lookup), conversation.deliver)
+    ctx = await conversation.user_turn("four people, card 4111 1111 1111 1111")
     assert ctx.turn.text == "four people, card [card ending 1111]"
     assert slate_state.get("b:size") == 4
     assert runner.active_steps == ["confirm"]
     assert ctx.postures == (CONFIRM,)
     assert ctx.deliveries == ()
-    assert not slate_state.contains("turn:user")
+    assert "turn:user" not in slate_state
     await slate_clock.advance(2)
-    ctx = await slate_session.conversation.user_turn("is it free?")
+    ctx = await conversation.user_turn("is it free?")
     assert [(r.name, r.value) for r in ctx.deliveries] == [("lookup", {"open": True})]

@@ -40,64 +40,64 @@ def flow(example: ModuleType, slate_clock: ManualClock) -> Flow:
 
 @pytest.mark.anyio
 async def test_a_taken_time_is_offered_an_alternative_then_booked_once(
-    conversation: ConversationScript, flow: Flow
+    slate_script: ConversationScript, flow: Flow
 ) -> None:
-    await conversation.start(flow)
-    conversation.expect_step("slot")
+    await slate_script.start(flow)
+    slate_script.expect_step("slot")
 
-    await conversation.say(booking__date="Saturday", booking__time="19:00")
-    await conversation.user("A table on Saturday at seven.")
-    conversation.expect_step("check")  # the lookup runs in the background meanwhile
-    conversation.expect_refused("book_table", "'booking:confirmed' must be true")
+    await slate_script.say(booking__date="Saturday", booking__time="19:00")
+    await slate_script.user("A table on Saturday at seven.")
+    slate_script.expect_step("check")  # the lookup runs in the background meanwhile
+    slate_script.expect_refused("book_table", "'booking:confirmed' must be true")
 
-    await conversation.advance(0.4)  # the booking system answers: 19:00 is taken
-    conversation.expect_step("offer")
-    assert conversation.runner.grounds() == ["Alternative on offer: 19:30."]
+    await slate_script.advance(0.4)  # the booking system answers: 19:00 is taken
+    slate_script.expect_step("offer")
+    assert list(slate_script.runner.brief().grounds) == ["Alternative on offer: 19:30."]
 
-    await conversation.say(booking__time="19:30", booking__alternative_accepted=True)
-    await conversation.user("Half past seven works.")
-    conversation.expect_step("confirm")
+    await slate_script.say(booking__time="19:30", booking__alternative_accepted=True)
+    await slate_script.user("Half past seven works.")
+    slate_script.expect_step("confirm")
 
-    await conversation.say(booking__confirmed=True)
-    await conversation.user("Yes, that is right.")
-    conversation.expect_step("book")
-    await conversation.tool_ok("book_table")
-    conversation.expect_complete()
-    conversation.expect_refused("book_table", "may run only once")
+    await slate_script.say(booking__confirmed=True)
+    await slate_script.user("Yes, that is right.")
+    slate_script.expect_step("book")
+    await slate_script.tool_ok("book_table")
+    slate_script.expect_complete()
+    slate_script.expect_refused("book_table", "may run only once")
 
 
 @pytest.mark.anyio
 async def test_an_open_time_goes_straight_to_confirmation(
-    conversation: ConversationScript, flow: Flow
+    slate_script: ConversationScript, flow: Flow
 ) -> None:
-    await conversation.start(flow)
-    await conversation.say(booking__date="Saturday", booking__time="20:00")
-    await conversation.advance(0.4)
-    conversation.expect_step("confirm")
-    assert conversation.runner.verdict("offer") == "pending"
+    await slate_script.start(flow)
+    await slate_script.say(booking__date="Saturday", booking__time="20:00")
+    await slate_script.advance(0.4)
+    slate_script.expect_step("confirm")
+    assert slate_script.runner.verdict("offer") == "pending"
 
-    await conversation.say(booking__confirmed=True)
-    await conversation.tool_ok("book_table")
-    conversation.expect_complete()
-    assert conversation.runner.verdict("offer") == "skipped"
-    assert_provenance(conversation.state, "availability:result", source="fetch", mode="background")
+    await slate_script.say(booking__confirmed=True)
+    await slate_script.tool_ok("book_table")
+    slate_script.expect_complete()
+    assert slate_script.runner.verdict("offer") == "skipped"
+    assert_provenance(slate_script.state, "availability:result", source="fetch", mode="background")
 
 
 @pytest.mark.anyio
 async def test_a_failed_lookup_offers_a_transfer_and_books_nothing(
-    conversation: ConversationScript, example: ModuleType
+    slate_script: ConversationScript, example: ModuleType
 ) -> None:
-    lookup = conversation.use("availability", fake_fetch())  # held until the test answers
-    await conversation.start(example.booking_flow(Resolver.fetch("availability", lookup)))
-    await conversation.say(booking__date="Saturday", booking__time="19:00")
-    await conversation.fail("availability", "booking system unreachable")
+    lookup = slate_script.use("availability", fake_fetch())  # held until the test answers
+    await slate_script.start(example.booking_flow(Resolver.fetch("availability", lookup)))
+    await slate_script.say(booking__date="Saturday", booking__time="19:00")
+    await slate_script.fail("availability", "booking system unreachable")
 
-    conversation.expect_step("sorry")
-    conversation.expect_refused("book_table")
-    conversation.expect_admitted("transfer_to_human")
-    await conversation.tool_ok("transfer_to_human")
-    conversation.expect_done("sorry")
-    assert conversation.runner.unmet_requirements() == ["book"]  # nothing was booked
+    slate_script.expect_step("sorry")
+    slate_script.expect_refused("book_table")
+    slate_script.expect_admitted("transfer_to_human")
+    await slate_script.tool_ok("transfer_to_human")
+    slate_script.expect_done("sorry")
+    assert list(slate_script.runner.brief().unmet) == ["book"]  # nothing was booked
 
 
 @pytest.mark.anyio

@@ -8,15 +8,12 @@ This namespace holds what an app writes; everything else lives in its layer's su
 ``slateflow.stores``, ``slateflow.errors``).
 """
 
-from . import conversation as conversation
 from . import errors as errors
-from .errors import (
-    SlateError,
-)
+from .conversation import Conversation
+from .errors import SlateError
 from .flow import (
     Digression,
     Flow,
-    FlowRunner,
     FlowStack,
     RepairPolicy,
     Step,
@@ -73,9 +70,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Change",
+    "Conversation",
     "Digression",
     "Flow",
-    "FlowRunner",
     "FlowStack",
     "Key",
     "ManualClock",

@@ -22,12 +22,12 @@ from typing import Any
 
 import anyio
 
-from .conversation import Extract, integer_near
+from .conversation import Extract, end_turn, integer_near
 from .conversation import datetime as when_said
 from .demo_flow import run_flow_demo
 from .errors import SlateError, VersionConflictError
 from .resolve import BackgroundResult, ManualClock, Resolver, Scheduling, Session
-from .state import Change, State, end_turn, result_key, source_of, when
+from .state import Change, State, result_key, source_of, when
 
 __all__ = ["TickingClock", "run"]
 
@@ -146,7 +146,7 @@ async def _run(out: Out) -> State:
     out(f"  state.get('state_meta:booking:party_size') = {meta}")
 
     _heading(out, "4. Bad writes are refused with a typed error, and nothing changes")
-    before = state.cursor
+    before = state.journal.cursor
     bad_writes: list[tuple[str, Callable[[], object]]] = [
         (
             "an LLM tries to overwrite availability:result",
@@ -173,7 +173,7 @@ async def _run(out: Out) -> State:
                 if "errors.pydantic.dev" not in line:
                     out(f"      {line.strip()}")
     out(
-        f"  cursor before {before}, after {state.cursor}; availability:result is still "
+        f"  cursor before {before}, after {state.journal.cursor}; availability:result is still "
         f"{state.get(result_key(avail))}"
     )
 
@@ -182,8 +182,8 @@ async def _run(out: Out) -> State:
 
     def book(attempt: int) -> None:
         with state.transaction():
-            slots: list[str] = state.require(result_key(avail))
-            party = state.require("booking:party_size")
+            slots: list[str] = state[result_key(avail)]
+            party = state["booking:party_size"]
             if attempt == 1:
                 # The caller corrects themselves while the agent is booking; the ASR thread
                 # writes directly to the state (it is not inside this transaction).
@@ -236,7 +236,7 @@ async def _run(out: Out) -> State:
     cleared = end_turn(state)
     out(
         f"  end_turn(state) cleared {cleared} key(s); {len(state)} keys remain, cursor "
-        f"{state.cursor}, {len(state.journal.since(0))} changes in the journal"
+        f"{state.journal.cursor}, {len(state.journal.since(0))} changes in the journal"
     )
 
     _heading(out, "8. The same call as a Flow: steps advance when their guards hold")

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from .conversation import Call
+from .conversation import Conversation
 from .demo_flow import TOOLS, Narrator, availability, booking_flow, extractors
 from .resolve import ManualClock, Session
 from .state import State
@@ -68,10 +68,10 @@ async def _call(state: State, path: str, out: Out) -> None:
         )
         out(f"  its timeline: slateflow replay {path}   (delete the file to start over)")
         return
-    if state.cursor:
+    if state.journal.cursor:
         out(
-            f"Recovered {path}: {state.cursor} commits, {heard} of {len(BEATS)} beats of the "
-            f"call heard; flow 'booking' done {state.get('flow:booking:done')}, active "
+            f"Recovered {path}: {state.journal.cursor} commits, {heard} of {len(BEATS)} beats of "
+            f"the call heard; flow 'booking' done {state.get('flow:booking:done')}, active "
             f"{state.get('flow:booking:active')}"
         )
         status = state.entry("availability:status")
@@ -86,11 +86,11 @@ async def _call(state: State, path: str, out: Out) -> None:
     slots, answers = extractors(clock)
     say = Narrator(out, slots, answers)
     async with Session(state, clock=clock) as session:
-        call = Call(session, tools=TOOLS)
-        call.add_extractor(slots)
-        call.add_extractor(answers)
+        conversation = Conversation(session, tools=TOOLS)
+        conversation.add_extractor(slots)
+        conversation.add_extractor(answers)
         say_steps = heard == 0
-        runner = call.run_flow(flow)
+        runner = conversation.run_flow(flow)
         say.follow(runner)
         try:
             if not say_steps:
@@ -108,14 +108,14 @@ async def _call(state: State, path: str, out: Out) -> None:
                     return
                 kind, what = BEATS[n]
                 if kind == "hear":
-                    await say.hear(call, what)
+                    await say.hear(conversation, what)
                 elif kind == "tool":
-                    await say.call_tool(call, what)
+                    await say.run_tool(conversation, what)
                 else:
                     out("  (the booking system answers, in the background)")
                     await clock.advance(0.4)
                     await runner.wait_for_step(what)
-                    say.model_told(call.context_now())
+                    say.model_told(conversation.context_now())
                 state.set(BEATS_KEY, n + 1, source="system", writer="demo")
             booked = runner.marking.tools_ok.get("book_table", 0)
             out(

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .conversation import (
-    Call,
+    Conversation,
     Extract,
     Extractor,
+    TurnContext,
     datetime,
     integer_near,
     overwrite,
@@ -37,7 +38,7 @@ from .flow import (
     run,
     signals,
 )
-from .resolve import ManualClock, Resolver, Session, TurnContext
+from .resolve import ManualClock, Resolver, Session
 from .state import State
 
 __all__ = ["Narrator", "availability", "booking_flow", "extractors", "run_flow_demo"]
@@ -157,17 +158,17 @@ class Narrator:
         if not context.lines:
             self.out("     (nothing new to tell the model)")
 
-    async def call_tool(self, conversation: Call, tool: str) -> None:
+    async def run_tool(self, conversation: Conversation, tool: str) -> None:
         # A claim admits the call atomically (a concurrent call of a once-only tool waits) and
         # reports the tool as done when the block ends.
-        async with conversation.claim(tool) as call:
-            if call:
+        async with conversation.claim(tool) as claim:
+            if claim:
                 self.out(f"  model calls {tool}: admitted, it runs")
             else:
                 self.out(f"  model calls {tool}: refused")
-                self.out(f"     {call.reason}")
+                self.out(f"     {claim.reason}")
 
-    async def hear(self, conversation: Call, said: str) -> None:
+    async def hear(self, conversation: Conversation, said: str) -> None:
         # What a voice loop does each turn: one call redacts, extracts, advances the flow and
         # says what the model should be told now.
         out = self.out
@@ -190,7 +191,7 @@ def availability(clock: ManualClock) -> Resolver:
 
     async def check_book(state: State) -> dict[str, Any]:
         await clock.sleep(0.4)  # the booking system's latency, on the demo's clock
-        if state.require("booking:time") == "19:00":
+        if state["booking:time"] == "19:00":
             return {"open": False, "alternative": "19:30"}
         return {"open": True}
 
@@ -208,27 +209,27 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
     slots, answers = extractors(clock)
     say = Narrator(out, slots, answers)
     async with Session(state, clock=clock) as session:
-        call = Call(session, tools=TOOLS)  # the conversation over the session
-        call.add_extractor(slots)
-        call.add_extractor(answers)
-        runner = call.run_flow(flow)
+        conversation = Conversation(session, tools=TOOLS)  # the call over the session
+        conversation.add_extractor(slots)
+        conversation.add_extractor(answers)
+        runner = conversation.run_flow(flow)
         say.follow(runner)
         try:
             out(f"  active: {runner.active_steps}")
-            await say.hear(call, "Hello, I'd like a table.")
+            await say.hear(conversation, "Hello, I'd like a table.")
             await say.hear(
-                call, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
+                conversation, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
             )
-            await say.call_tool(call, "book_table")
+            await say.run_tool(conversation, "book_table")
             out("  (0.4 s later the booking system answers, in the background)")
             await clock.advance(0.4)
             await runner.wait_for_step("offer")
-            out("  the model is idle, so it is told now (call.context_now()):")
-            say.model_told(call.context_now())
-            await say.hear(call, "Yes, 7:30 pm works for us.")
-            await say.hear(call, "Yes, that is right.")
-            await say.call_tool(call, "book_table")
-            await say.call_tool(call, "book_table")
+            out("  the model is idle, so it is told now (conversation.context_now()):")
+            say.model_told(conversation.context_now())
+            await say.hear(conversation, "Yes, 7:30 pm works for us.")
+            await say.hear(conversation, "Yes, that is right.")
+            await say.run_tool(conversation, "book_table")
+            await say.run_tool(conversation, "book_table")
             out(
                 f"  complete: {runner.is_complete}; flow:booking:done = "
                 f"{state.get('flow:booking:done')}"

@@ -1,18 +1,29 @@
-"""The conversation layer: reading what the caller said (recognizers, extractors with promotion
-rules) and keeping secrets out of the transcript (redaction).
+"""The conversation layer: the call a voice or chat loop talks to, and reading what the caller
+said.
 
-A :class:`Call` (the conversation over a Session) runs the extractors on each turn
-(``call.add_extractor``, ``call.user_turn``).
-Digressions, repair and voice timing are part of a flow's definition; they are re-exported here
-with the rest of what a voice or chat agent needs.
+A :class:`Conversation` over a :class:`~slateflow.Session` takes each user turn and returns
+what the model should be told now (a :class:`TurnContext`, handed over in two phases), runs the
+flows that govern the call (``run_flow``), admits and runs tool calls, and hands background
+results to the model without losing or repeating one when the caller interrupts. Extractors
+(:class:`Extract`, :class:`LLMExtractor`) read the turns with recognizers and promotion rules;
+a :class:`Redactor` keeps secrets out of the transcript.
 """
 
-from ..flow import Digression, FlowStack, RepairPolicy, StackRunner, VoiceTiming
-from ..resolve import Session, Turn, TurnContext
-from .call import Call
+from .context import (
+    DEFAULT_MAX_TRANSCRIPT,
+    VOICE_TIMING_KEY,
+    Handover,
+    HandoverMode,
+    Turn,
+    TurnContext,
+    end_turn,
+)
+from .conversation import Conversation
 from .extract import Extract, ExtractionResult, Extractor, Field, Trigger, TurnExtractor
+from .inbox import DEFAULT_INBOX_LIMIT, DELIVERED_KEY, Inbox
 from .llm_extract import LLMExtractor
 from .promotion import Decision, Promotion, keep_known, non_empty, overwrite, true_only
+from .protocols import Governor, TurnHook
 from .recognizers import (
     Recognition,
     Recognizer,
@@ -42,35 +53,40 @@ from .tools import ToolClaim, ToolResult
 
 __all__ = [
     "CARD",
+    "DEFAULT_INBOX_LIMIT",
+    "DEFAULT_MAX_TRANSCRIPT",
+    "DELIVERED_KEY",
     "EMAIL",
     "EXPIRY",
     "IBAN",
     "LONG_NUMBER",
     "REDACTED",
     "SECURITY_CODE",
-    "Call",
+    "VOICE_TIMING_KEY",
+    "Conversation",
     "Decision",
-    "Digression",
     "Extract",
     "ExtractionResult",
     "Extractor",
     "Field",
-    "FlowStack",
+    "Governor",
+    "Handover",
+    "HandoverMode",
+    "Inbox",
     "LLMExtractor",
     "Promotion",
     "Recognition",
     "Recognizer",
     "Redactor",
-    "RepairPolicy",
-    "StackRunner",
     "ToolClaim",
     "ToolResult",
     "Trigger",
     "Turn",
     "TurnContext",
     "TurnExtractor",
-    "VoiceTiming",
+    "TurnHook",
     "datetime",
+    "end_turn",
     "fuzzy",
     "integer",
     "integer_near",
@@ -86,7 +102,3 @@ __all__ = [
     "true_only",
     "yes_no",
 ]
-
-# A session makes its conversation with this when nobody attached one (session.conversation).
-Session.conversation_factory = Call
-

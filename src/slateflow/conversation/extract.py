@@ -9,6 +9,7 @@ source ``"extraction"``, the extractor's name as writer and each value's confide
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from .promotion import Decision, Promotion, keep_known
 from .recognizers import Recognizer
 
 if TYPE_CHECKING:
-    from ..resolve.turns import Conversation, Turn
+    from .context import Turn
+    from .conversation import Conversation
 
 __all__ = [
     "DEFAULT_MAX_HISTORY",
@@ -210,37 +212,38 @@ class TurnExtractor:
         if len(history) > self.max_history:
             del history[: len(history) - self.max_history]
 
-    # -- the call's hooks (called by Call.user_turn / tool_ok / flows) -------------------------
+    # -- the conversation's hooks (a TurnHook: user_turn, tool_ok, a flow's step change) -------
 
     def _wants(self, kind: str) -> bool:
         return any(t.kind == kind for t in self.triggers)
 
-    async def _on_turn(self, call: Conversation, turn: Turn) -> None:
+    async def on_turn(self, conversation: Conversation, turn: Turn) -> None:
+        """A user turn was recorded: read the turns if a trigger says so."""
         if any(t.on_turn(turn.number) for t in self.triggers):
-            await self._run_in(call)
+            await self._read_in(conversation)
 
-    async def _on_tool(self, call: Conversation, tool: str) -> None:
+    async def on_tool(self, conversation: Conversation, tool: str) -> None:
+        """A tool succeeded: read the turns if triggered ``after_tool``."""
         if self._wants("after_tool"):
-            await self._run_in(call)
+            await self._read_in(conversation)
 
-    async def _on_step_change(self, call: Conversation, since: int) -> None:
+    async def on_step_change(self, conversation: Conversation, since: int) -> None:
+        """A flow entered a step whose posture was told after user turn ``since``: re-read the
+        turns said after it if triggered ``on_step_change``."""
         if self._wants("on_step_change"):
             # Only what was said after the step's posture reached the model: an answer given
             # before its question was asked is not an answer to it.
-            await self._run_in(call, since)
+            await self._read_in(conversation, since)
 
-    async def _run_in(self, call: Conversation, since: int = 0) -> None:
-        said = [t for t in call.transcript if t.speaker == "user" and t.number > since]
+    async def _read_in(self, conversation: Conversation, since: int = 0) -> None:
+        said = [t for t in conversation.transcript if t.speaker == "user" and t.number > since]
         turns = [t.text for t in said[-self.window :]]
         if not turns:
             return
-        result = await self.read(call.state, turns)
+        result = await self.read(conversation.state, turns)
         complete = result.complete
         if complete and not self._completed and self.completion is not None:
-            action = self.completion
-            await call.session.launch(
-                action.resolver, action.mode, scheduling=action.scheduling, deliver=action.deliver
-            )
+            await _start(conversation, self.completion)
         self._completed = complete
 
 
@@ -433,3 +436,18 @@ class Extractor(TurnExtractor):
 
     def __repr__(self) -> str:
         return f"<Extractor {self.name!r}: {', '.join(f.name for f in self.fields)}>"
+
+
+async def _start(conversation: Conversation, action: OnEnter) -> None:
+    """Start an extractor's completion action in the conversation's session, in its mode
+    (background outcomes go to the conversation unless the action names a ``deliver``)."""
+    session = conversation.session
+    if action.mode == "call":
+        with contextlib.suppress(SlateError):
+            # Its outcome is in the state (<name>:result or <name>:error) either way.
+            await session.call(action.resolver)
+    elif action.mode == "dispatch":
+        session.dispatch(action.resolver)
+    else:
+        deliver = action.deliver if action.deliver is not None else conversation.deliver
+        session.background(action.resolver, deliver, action.scheduling)

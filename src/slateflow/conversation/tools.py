@@ -7,7 +7,7 @@ before either reports (two bookings). A :class:`ToolDesk` closes that gap:
 * :meth:`ToolDesk.claim` admits a call and, for a tool that may succeed only once (``once``,
   ``commit``), holds the tool until the call ends: a second call waits, then is admitted or
   refused on what the first came to (refused after a success, admitted after a failure).
-* :meth:`ToolDesk.call` runs a tool through a claim, and lets identical concurrent calls (same
+* :meth:`ToolDesk.run` runs a tool through a claim, and lets identical concurrent calls (same
   tool, same canonical arguments) share one execution, each caller getting its result. Models
   routinely emit the same call twice in one reply.
 """
@@ -16,61 +16,51 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from ..errors import SessionError, ToolCallError
-
-if TYPE_CHECKING:
-    from .dialog import Dialog
+from ..flow import Admission
 
 __all__ = ["ToolClaim", "ToolDesk", "ToolResult"]
 
 
-class ToolClaim:
-    """An admitted (or refused) call of ``tool``, yielded by ``call.claim(tool)``.
+class ToolClaim(Admission):
+    """An admitted (or refused) call of ``tool`` held for as long as it runs, yielded by
+    ``conversation.claim(tool)``: its :class:`~slateflow.flow.Admission` (true when the call
+    may go ahead; ``reason`` the refusal for the model or, in observe mode, the would-be
+    refusal of an admitted ``violation``; ``once``).
 
-    True when the call may go ahead; ``reason`` is the refusal for the model (or, in observe
-    mode, the would-be refusal of an admitted ``violation``). Leaving the ``async with`` block
-    without an exception reports the tool as successful (``tool_ok``) unless :meth:`fail` was
-    called; an exception reports nothing.
+    Leaving the ``async with`` block without an exception reports the tool as successful
+    (``tool_ok``) unless :meth:`fail` was called; an exception reports nothing.
     """
 
-    __slots__ = ("_failed", "allowed", "once", "reason", "tool", "violation")
+    __slots__ = ("_failed",)
+    _failed: bool
 
-    def __init__(
-        self,
-        tool: str,
-        allowed: bool,
-        reason: str = "",
-        violation: bool = False,
-        *,
-        once: bool = False,
-    ) -> None:
-        self.tool = tool
-        self.allowed = allowed
-        self.reason = reason
-        self.violation = violation
-        self.once = once
-        """Whether a flow lets the tool succeed only once (concurrent calls wait their turn)."""
-        self._failed = False
+    def __init__(self, admission: Admission) -> None:
+        super().__init__(
+            admission.tool,
+            admission.allowed,
+            admission.reason,
+            admission.violation,
+            admission.once,
+        )
+        object.__setattr__(self, "_failed", False)
 
     def fail(self) -> None:
         """The tool ran but did not succeed (no table was free): do not count it as done, so a
         ``once`` tool may be called again."""
-        self._failed = True
+        object.__setattr__(self, "_failed", True)
 
     @property
     def failed(self) -> bool:
         """Whether :meth:`fail` was called."""
-        return self._failed
-
-    def __bool__(self) -> bool:
-        return self.allowed
+        return bool(self._failed)
 
     def __repr__(self) -> str:
         state = "admitted" if self.allowed else "refused"
@@ -79,7 +69,7 @@ class ToolClaim:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What ``call.call_tool`` came to.
+    """What ``conversation.run_tool`` came to.
 
     ``allowed`` False: the call was refused and ``reason`` says why, for the model. Otherwise
     ``value`` is what the tool returned; ``shared`` is True for a caller that got the result
@@ -104,10 +94,16 @@ class _Running:
 
 
 class ToolDesk:
-    """Claims and runs tool calls for one session's dialog (see the module docstring)."""
+    """Claims and runs tool calls for one conversation (see the module docstring): ``admit``
+    answers whether a tool may run now, ``succeeded`` reports a tool that ran."""
 
-    def __init__(self, dialog: Dialog) -> None:
-        self._dialog = dialog
+    def __init__(
+        self,
+        admit: Callable[[str], Admission],
+        succeeded: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self._admit = admit
+        self._succeeded = succeeded
         self._held: dict[str, anyio.Event] = {}  # once-only tools with a call in flight
         self._running: dict[tuple[str, str], _Running] = {}
 
@@ -118,7 +114,7 @@ class ToolDesk:
         while (held := self._held.get(tool)) is not None:
             await held.wait()  # then decide on what that call came to
         # No await from here to the hold: nothing can slip between the check and the claim.
-        claim = self._dialog.admit(tool)
+        claim = ToolClaim(self._admit(tool))
         if not claim.allowed:
             yield claim
             return
@@ -130,23 +126,23 @@ class ToolDesk:
             if not claim.failed:
                 # The side effect happened: count it even if the caller is cancelled now.
                 with anyio.CancelScope(shield=True):
-                    await self._dialog.tool_ok(tool)
+                    await self._succeeded(tool)
         finally:
             if release is not None:
                 del self._held[tool]
                 release.set()
 
-    async def call(
+    async def run(
         self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
     ) -> ToolResult:
         """Run ``fn(**arguments)`` as a call of ``tool`` under a claim; identical concurrent
-        calls share one execution. See ``Session.call_tool``."""
-        _check_tool(tool, "call_tool")
+        calls share one execution. See ``Conversation.run_tool``."""
+        _check_tool(tool, "run_tool")
         if not callable(fn):
-            raise TypeError(f"call_tool({tool!r}) takes the tool's function, got {fn!r}")
+            raise TypeError(f"run_tool({tool!r}) takes the tool's function, got {fn!r}")
         if arguments is not None and not isinstance(arguments, Mapping):
             raise TypeError(
-                f"call_tool({tool!r}) takes the arguments as a mapping of names to values, "
+                f"run_tool({tool!r}) takes the arguments as a mapping of names to values, "
                 f"got {type(arguments).__name__}"
             )
         args = dict(arguments or {})

@@ -2,6 +2,8 @@
 a flow the moment its guards hold."""
 
 from . import guards, signals
+from .admission import Admission, Enforcement, ToolRules, Violation
+from .brief import Brief
 from .constraints import (
     Before,
     Commit,
@@ -18,10 +20,12 @@ from .constraints import (
     reset,
 )
 from .definition import Flow
+from .explain import FlowExplanation
 from .ground import Ground
 from .guards import *  # noqa: F403  (the names are guards.__all__)
+from .machine import Verdict
 from .repair import RepairPolicy, escalate_key, reprompt_key
-from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
+from .runner import FlowRunner
 from .serialize import FLOW_FORMAT
 from .stack import (
     OVER_KEY,
@@ -33,7 +37,7 @@ from .stack import (
     Then,
 )
 from .steps import Edge, OnEnter, Step, edge, run
-from .timing import DEFAULT_REPROMPT, VOICE_TIMING_KEY, VoiceTiming
+from .timing import DEFAULT_REPROMPT, VoiceTiming
 
 __all__ = [
     *guards.__all__,
@@ -42,9 +46,9 @@ __all__ = [
     "OVERLAY_KEY",
     "OVER_KEY",
     "TERMINATED_KEY",
-    "VOICE_TIMING_KEY",
     "Admission",
     "Before",
+    "Brief",
     "Commit",
     "Constraint",
     "Digression",
@@ -64,6 +68,7 @@ __all__ = [
     "Then",
     "StackRunner",
     "Step",
+    "ToolRules",
     "Verdict",
     "Violation",
     "VoiceTiming",

@@ -20,8 +20,8 @@ from .definition import Flow
 from .steps import OnEnter, Step
 
 if TYPE_CHECKING:
+    from ..resolve.background import Deliver
     from ..resolve.session import Session
-    from ..resolve.turns import Governor
 
 __all__ = ["Actions", "check_actions", "send"]
 
@@ -35,7 +35,8 @@ def check_actions(flow: Flow, session: Session | None) -> None:
             if s.on_enter is not None:
                 raise FlowError(
                     f"flow {flow.name!r}: step {s.id!r} has an on_enter action, which needs "
-                    "a session to run in; start the flow with session.run_flow(flow)"
+                    "a session to run in; start the flow with flow.start(session) (or a "
+                    "conversation's run_flow)"
                 )
 
 
@@ -53,15 +54,15 @@ def send(signal: Any, sender: object, flow: str, **kwargs: Any) -> None:
 class Actions:
     """Starts one runner's ``on_enter`` actions through its session."""
 
-    __slots__ = ("_calls", "_closed", "_scope", "governor", "lane", "name", "session", "steps")
+    __slots__ = ("_calls", "_closed", "_scope", "deliver", "lane", "name", "session", "steps")
 
     def __init__(
-        self, name: str, steps: Sequence[Step], session: Session | None, governor: Governor
+        self, name: str, steps: Sequence[Step], session: Session | None, deliver: Deliver | None
     ) -> None:
         self.name = name
         self.steps = steps
         self.session = session
-        self.governor = governor  # whose inbox background results go to
+        self.deliver = deliver  # where background outcomes go when the action names no deliver
         self._calls: list[OnEnter] = []
         self._closed = False
         self.lane: anyio.Event | None = None
@@ -73,7 +74,7 @@ class Actions:
     def fire(self, i: int) -> None:
         """Start step ``i``'s ``on_enter`` action soon, on the session's loop."""
         if self.session is not None:
-            self.session.loop.soon(self._start, i)
+            self.session.runtime.soon(self._start, i)
 
     def _start(self, i: int) -> None:
         step = self.steps[i]
@@ -85,16 +86,13 @@ class Actions:
             if action.mode == "dispatch":
                 session.dispatch(action.resolver)
             elif action.mode == "background":
-                session.background(
-                    action.resolver,
-                    action.deliver or session.inbox_delivery(self.governor),
-                    action.scheduling,
-                )
+                deliver = action.deliver if action.deliver is not None else self.deliver
+                session.background(action.resolver, deliver, action.scheduling)
             else:
                 self._calls.append(action)
                 if self.lane is None:
                     self.lane = anyio.Event()
-                    session.loop.spawn(self._run_calls)
+                    session.runtime.spawn(self._run_calls)
         except Exception:
             log.exception(
                 "flow %r: step %r could not start resolver %r",

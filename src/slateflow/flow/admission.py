@@ -2,8 +2,10 @@
 
 The checks, in order: ``once`` (a tool that already succeeded), ``never`` / ``commit`` guards,
 an active step's ``deny``, the flow's ``ambient`` tools, the active steps' ``allow`` lists. A
-refusal is a ``(kind, detail)`` pair, told to the model by :meth:`Tools.reason`: what is missing,
-what it may call instead, and the active step's posture.
+refusal is a ``(kind, detail)`` pair, told to the model by :meth:`ToolRules.reason`: what is
+missing, what it may call instead, and the active step's posture. :class:`Admission` is the one
+answer to "may the model call this tool now?", whoever asks (a runner, a flow stack, a
+conversation).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ..state import State
 from .compiled import CompiledFlow
 from .machine import Machine
 
-__all__ = ["Admission", "Enforcement", "Tools", "Violation"]
+__all__ = ["Admission", "Denial", "Enforcement", "ToolRules", "Violation"]
 
 
 class Enforcement(StrEnum):
@@ -30,7 +32,8 @@ class Enforcement(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The answer to ``runner.admit(tool)``; true when the call may go ahead.
+    """The answer to ``admit(tool)`` (of a runner, a stack or a conversation); true when the
+    call may go ahead.
 
     ``reason`` is empty for an admitted call; for a refused one it is written for the model
     (what is missing and what is available now). In observe mode a call the flow would refuse
@@ -62,8 +65,9 @@ Denial = tuple[str, str]
 """Why a tool is refused: ``(kind, detail)``, kind one of once, not_yet, denied, not_in_step."""
 
 
-class Tools:
-    """Answers tool admission for one runner from its plan, marking and State.
+class ToolRules:
+    """A running flow's tool rules: answers tool admission for one runner from its plan,
+    marking and State (``runner.rules``).
 
     Every answer is taken under the runner's lock, against the committed State (even inside a
     transaction, whose writes are not the flow's facts until they commit).
@@ -82,7 +86,7 @@ class Tools:
     def constraint_denial(self, tool: str) -> Denial | None:
         """Why the flow-wide constraints (``once``, ``never``, ``commit``) refuse ``tool`` now,
         whatever step is active (what still binds while a digression has the floor)."""
-        with self.lock, self.state.engine.outside_transaction():
+        with self.lock, self.state.engine.context.outside_transaction():
             return self._constraint_denial(tool)
 
     def _constraint_denial(self, tool: str) -> Denial | None:
@@ -96,7 +100,7 @@ class Tools:
 
     def denial(self, tool: str) -> Denial | None:
         """Why ``tool`` is refused now, or None if it is admitted."""
-        with self.lock, self.state.engine.outside_transaction():
+        with self.lock, self.state.engine.context.outside_transaction():
             return self._denial(tool)
 
     def _denial(self, tool: str) -> Denial | None:
@@ -118,7 +122,7 @@ class Tools:
     def reason(self, tool: str, kind: str, detail: str, available: list[str] | None = None) -> str:
         """A refusal told to the model: what is missing, what it may call instead (``available``
         when the caller knows better), and the active step's posture."""
-        with self.lock, self.state.engine.outside_transaction():
+        with self.lock, self.state.engine.context.outside_transaction():
             return self._reason(tool, kind, detail, available)
 
     def _reason(self, tool: str, kind: str, detail: str, available: list[str] | None) -> str:
@@ -148,12 +152,12 @@ class Tools:
 
     def refusal(self, tool: str) -> str | None:
         """The reason ``tool`` is refused now, or None (whatever the enforcement mode)."""
-        with self.lock, self.state.engine.outside_transaction():
+        with self.lock, self.state.engine.context.outside_transaction():
             denial = self._denial(tool)
             return None if denial is None else self._reason(tool, *denial, None)
 
     def constraint_refusal(self, tool: str) -> str | None:
         """The reason the flow-wide constraints refuse ``tool`` now, or None."""
-        with self.lock, self.state.engine.outside_transaction():
+        with self.lock, self.state.engine.context.outside_transaction():
             denial = self._constraint_denial(tool)
             return None if denial is None else self._reason(tool, *denial, None)

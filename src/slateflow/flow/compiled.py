@@ -253,7 +253,7 @@ class CompiledFlow:
         self.required = tuple(dict.fromkeys(required))
         self.required_set = frozenset(self.required)
         self.terminals = tuple(i for i, s in enumerate(flow.steps) if s.terminal)
-        # Steps that end the flow when entered: settled before any other queued step, so a
+        # Steps that end the flow when entered: latched before any other queued step, so a
         # step the same change made eligible is not entered only to give way at once.
         self.ends = tuple(i for i, s in enumerate(flow.steps) if s.ends)
         self.universe = sorted(set(flow.tools()) | (flow.registry or frozenset()))

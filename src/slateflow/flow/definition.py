@@ -13,6 +13,7 @@ from .guards import _Always, _Done
 from .steps import Step
 
 if TYPE_CHECKING:
+    from ..resolve.background import Deliver
     from ..resolve.resolver import Resolver
     from ..resolve.session import Session
     from .runner import Enforcement, FlowRunner
@@ -90,9 +91,9 @@ class Flow:
     ``Flow("booking", [Step(...), ...], constraints=[once("book"), ...], ambient=["escalate"])``
     only stores what it is given; ``build()`` checks the steps against each other and
     ``compile(tools=...)`` checks the whole plan, each raising one
-    :class:`FlowDefinitionError` that lists every problem. ``session.run_flow(flow)`` compiles
-    it for you. ``ambient`` tools are exempt from steps' ``allow`` lists (still bound by
-    ``deny``, ``once``, ``never`` and ``commit``).
+    :class:`FlowDefinitionError` that lists every problem. :meth:`start` (and a conversation's
+    ``run_flow``) compiles it for you. ``ambient`` tools are exempt from steps' ``allow``
+    lists (still bound by ``deny``, ``once``, ``never`` and ``commit``).
     """
 
     __slots__ = ("_built", "_checked", "_plan", "_tools", "ambient", "constraints", "name", "steps")
@@ -396,11 +397,27 @@ class Flow:
 
         return flow_from_json(data, resolvers)
 
-    def _run_in(self, session: Session, /, *, enforcement: Enforcement | str) -> FlowRunner:
-        # Called by session.run_flow: the session cannot import the flow layer above it.
-        from .runner import FlowRunner
+    def start(
+        self,
+        session: Session,
+        *,
+        enforcement: Enforcement | str = "enforce",
+        deliver: Deliver | None = None,
+    ) -> FlowRunner:
+        """Run this flow over the session's State, its ``on_enter`` actions in the session,
+        until the session closes; returns its :class:`~slateflow.flow.FlowRunner`.
 
-        return FlowRunner(self, session.state, session=session, enforcement=enforcement)
+        The flow is compiled first (``FlowDefinitionError`` lists its problems). Steps advance
+        the moment their guards hold, whoever writes the keys. ``enforcement`` is
+        ``"enforce"`` (refuse tools the flow does not admit) or ``"observe"`` (admit them and
+        record violations). ``deliver`` receives the outcomes of background actions that name
+        none. To let the flow govern a conversation's turns, use its ``run_flow`` instead.
+        """
+        from .runner import FlowRunner  # the runner builds on this module
+
+        return FlowRunner(
+            self, session.state, session=session, enforcement=enforcement, deliver=deliver
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Flow):

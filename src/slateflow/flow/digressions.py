@@ -2,7 +2,8 @@
 
 A :class:`Digression` names the guard that starts it, its own flow, and what the main flow does
 after it (``then``); a :class:`FlowStack` is a main flow with its digressions, run by
-:class:`~slateflow.flow.stack.StackRunner` (``session.run_flow(stack)``).
+:class:`~slateflow.flow.stack.StackRunner` (``stack.start(session)``, or a conversation's
+``run_flow(stack)``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .definition import Flow
 from .guard_base import Guard
 
 if TYPE_CHECKING:
+    from ..resolve.background import Deliver
     from ..resolve.session import Session
     from .stack import StackRunner
 
@@ -54,7 +56,8 @@ class Digression:
 
 
 class FlowStack:
-    """A main flow and its digressions, run with ``session.run_flow(stack)``.
+    """A main flow and its digressions, run with ``stack.start(session)`` or a conversation's
+    ``run_flow(stack)``.
 
     Digressions are tried in the order given; each needs a flow whose name differs from the
     main flow's and from the others' (they publish their own ``flow:{name}:...`` keys).
@@ -102,10 +105,28 @@ class FlowStack:
             d.flow.compile(names)
         return self
 
-    def _run_in(self, session: Session, /, *, enforcement: Any) -> StackRunner:
+    def start(
+        self,
+        session: Session,
+        *,
+        enforcement: Any = "enforce",
+        deliver: Deliver | None = None,
+        tools: Iterable[str] = (),
+    ) -> StackRunner:
+        """Run the stack over the session's State until the session closes (see
+        ``Flow.start``); ``tools`` names the agent's tools besides the flows' own (a refusal
+        while a digression speaks lists what is available). Returns its
+        :class:`~slateflow.flow.stack.StackRunner`."""
         from .stack import StackRunner  # the runner builds on this module: imported when run
 
-        return StackRunner(self, session.state, session=session, enforcement=enforcement)
+        return StackRunner(
+            self,
+            session.state,
+            session=session,
+            enforcement=enforcement,
+            deliver=deliver,
+            tools=tools,
+        )
 
     def __repr__(self) -> str:
         names = ", ".join(d.name for d in self.digressions)

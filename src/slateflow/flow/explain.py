@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..state import State
-from .admission import Tools
+from .admission import ToolRules
 from .compiled import StepRt
 from .guards import Explanation, Marking
 from .machine import Machine
@@ -55,7 +55,7 @@ class FlowExplanation:
         return "\n".join(lines)
 
 
-def explain(m: Machine, tools: Tools, state: State) -> FlowExplanation:
+def explain(m: Machine, tools: ToolRules, state: State) -> FlowExplanation:
     """The explanation of machine ``m``'s marking now (call under the runner's lock)."""
     marking = m.mark()
     waiting: dict[str, Explanation] = {}

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import GuardFormatError
+from ..resolve.freshness import is_fresh
 from ..resolve.template import MISSING
-from ..state.freshness import is_fresh
 from .comparisons import between, eq, ge, gt, le, lt
 from .guard_base import (
     EMPTY_MARKING,
@@ -118,7 +118,7 @@ class _IsSet(_KeyAtom):
     op: ClassVar[str] = "is_set"
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
-        if state.engine.tx_open:
+        if state.engine.context.tx_open:
             return self.key in state
         # The hot path of a flow: the key was validated when the guard was built.
         return self.key in state.engine.entries

@@ -3,7 +3,7 @@
 A :class:`Machine` holds one flow's marking (which steps are done, active and entered; tool
 successes; told steps; repair bookkeeping) and moves it. Inputs queue what a change can affect
 (:meth:`Machine.changed` for changed keys, :meth:`Machine.tool_ok`, :meth:`Machine.tell`, ...);
-:meth:`Machine.latch` then settles every queued step and reset to a fixed point and returns the
+:meth:`Machine.latch` then latches every queued step and reset to a fixed point and returns the
 effects as events, ``(kind, step index)`` with ``kind`` one of ``"enter"``, ``"active"`` (entered
 again after a gate flicker), ``"done"``, ``"inactive"``, ``"reset"`` and ``"complete"``.
 
@@ -315,7 +315,7 @@ class Machine:
         queued = self.queued
         # A reset fires at most once per settling: no ping-pong.
         fired: set[int] = set() if self.reset_last else _NO_RESETS
-        settle = self.settle
+        latch_step = self.latch_step
         pop = heapq.heappop
         ends = self.plan.ends
         while True:
@@ -328,12 +328,12 @@ class Machine:
                 break
             if ends:
                 for e in ends:
-                    if queued[e]:  # its stale heap entry settles again: a no-op
+                    if queued[e]:  # its stale heap entry latches again: a no-op
                         queued[e] = False
-                        settle(e, events)
+                        latch_step(e, events)
             i = pop(heap)
             queued[i] = False
-            settle(i, events)
+            latch_step(i, events)
         complete = self._is_complete()
         if complete != self.complete:
             self.complete = complete
@@ -343,7 +343,7 @@ class Machine:
         self.starting = False
         return events
 
-    def settle(self, i: int, events: list[Event]) -> None:
+    def latch_step(self, i: int, events: list[Event]) -> None:
         """Decide step ``i`` now: done, active or neither (the hot path of every change)."""
         if self.done[i]:
             return

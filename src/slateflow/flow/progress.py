@@ -109,7 +109,7 @@ class Progress:
                 closed = status == "cancelled" and meta.get("reason") == "session closed"
                 if status != "running" and not closed:
                     continue  # it completed: exactly once
-            if session.loop.claim(action.resolver.name):
+            if session.adopt(action.resolver.name):
                 again.append(i)
         return again
 

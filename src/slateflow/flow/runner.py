@@ -1,38 +1,42 @@
 """The FlowRunner: advances a flow the moment its guards hold, whoever wrote the keys they read.
 
-The runner glues a flow's parts to a State and a Session. It is a receiver of the State's change
-signal for exactly the keys its guards read; every input (a change, a tool success, a turn, a
-told posture) goes through one place, :meth:`FlowRunner._apply`, which feeds the flow's
-:class:`~slateflow.flow.machine.Machine` under the runner's lock, settles it in the writer's
-thread, records the progress it made (:mod:`~slateflow.flow.progress`), and then publishes it:
-step signals, ``on_enter`` actions (:mod:`~slateflow.flow.actions`), waiters, the progress keys;
-tool admission is :mod:`~slateflow.flow.admission`, the reads :mod:`~slateflow.flow.view`."""
+The runner glues a flow's parts to a State and, when it has one, a Session. It is a receiver of
+the State's change signal for exactly the keys its guards read; every input (a change, a tool
+success, a turn, a told posture) goes through one place, :meth:`FlowRunner._apply`, which feeds
+the flow's :class:`~slateflow.flow.machine.Machine` under the runner's lock, latches it in the
+writer's thread, records the progress it made (:mod:`~slateflow.flow.progress`), and then
+publishes it: step signals, ``on_enter`` actions (:mod:`~slateflow.flow.actions`), waiters,
+the progress keys. Tool admission is :mod:`~slateflow.flow.admission`; what the flow says at a
+turn is one :class:`~slateflow.flow.brief.Brief`.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FlowError
+from ..errors import FlowError, SlateError
+from ..resolve.clock import SYSTEM_CLOCK, Clock
+from ..resolve.freshness import fresh_for
 from ..state import Change, State
-from ..state.freshness import fresh_for
 from . import signals
 from .actions import Actions, check_actions, send
-from .admission import Admission, Enforcement, Tools, Violation
+from .admission import Admission, Enforcement, ToolRules, Violation
+from .brief import Brief, TellMarker, merge_timing, reprompt_text
 from .compiled import compiled
 from .definition import Flow
-from .explain import FlowExplanation
+from .explain import FlowExplanation, explain
 from .ground import check_grounds
 from .guards import Guard, Marking
 from .machine import Event, Machine, Verdict
 from .progress import Progress
-from .view import RunnerView
 from .waits import Waiter, Waits
 
 if TYPE_CHECKING:
+    from ..resolve.background import Deliver
     from ..resolve.session import Session
 
 __all__ = ["Admission", "Enforcement", "FlowExplanation", "FlowRunner", "Verdict", "Violation"]
@@ -53,13 +57,15 @@ _SIGNALS = {
 }
 
 
-class FlowRunner(RunnerView):
+class FlowRunner:
     """Runs one flow over a State: latches steps, publishes progress, answers tool admission.
 
-    Start one with ``session.run_flow(flow)`` (which also fires ``on_enter`` actions and closes
-    it with the session), or ``FlowRunner(flow, state)`` for a flow with no ``on_enter``.
-    Writes from any thread advance it (in that thread); its queries are safe from any thread.
-    One runner per flow name per State at a time.
+    ``flow.start(session)`` (or a conversation's ``run_flow``) makes one that fires ``on_enter``
+    actions in the session and closes with it; ``FlowRunner(flow, state)`` runs a flow with no
+    ``on_enter`` and no session. Writes from any thread advance it (in that thread); its
+    queries are safe from any thread. One runner per flow name per State at a time.
+    ``deliver`` receives the outcomes of ``background`` actions that name no ``deliver`` of
+    their own (a conversation passes its own, so they reach the model).
 
     Keys it writes (source ``"flow"``, writer the flow's name): ``flow:{name}:active`` and
     ``flow:{name}:done`` (step ids, in flow order) and ``flow:{name}:complete``; on a State with
@@ -75,6 +81,7 @@ class FlowRunner(RunnerView):
         session: Session | None = None,
         enforcement: Enforcement | str = Enforcement.ENFORCE,
         resume: bool = True,
+        deliver: Deliver | None = None,
     ) -> None:
         if not isinstance(flow, Flow):
             raise TypeError(f"FlowRunner needs a Flow, got {type(flow).__name__}")
@@ -90,6 +97,8 @@ class FlowRunner(RunnerView):
         flow.compile(flow.registry)
         check_grounds(flow, state)
         check_actions(flow, session)
+        if session is not None:
+            session.runtime.check()
         self.flow = flow
         self.state = state
         self.session = session
@@ -104,9 +113,9 @@ class FlowRunner(RunnerView):
 
         self._machine = machine = Machine(plan, holds)
         self._progress = Progress(machine, state)
-        self.tools = Tools(plan, machine, state, self._lock)
-        """Tool admission read by the layer above (a ``FlowStack``); use :meth:`admit`."""
-        self._actions = Actions(flow.name, flow.steps, session, self)
+        self.rules = ToolRules(plan, machine, state, self._lock)
+        """The flow's tool rules, read by the layer above (a ``FlowStack``); use :meth:`admit`."""
+        self._actions = Actions(flow.name, flow.steps, session, deliver)
         self._waits = Waits(flow.name, self._lock, lambda: self._closed, self.explain)
         self._fresh_alarm: Waiter | None = None
         self.violations: list[Violation] = []
@@ -115,7 +124,7 @@ class FlowRunner(RunnerView):
         """How many times :meth:`on_turn` ran."""
         self._turn_open = False  # begin_turn ran and on_turn has not finished
         # A FlowStack's layers leave "the call is over" to the stack.
-        self._announces_over = True
+        self.announces_over = True
         with _running_lock:
             mine = _running.setdefault(state, {})
             ref = mine.get(flow.name)
@@ -130,7 +139,7 @@ class FlowRunner(RunnerView):
         # No keys at all must not mean every key: subscribe only when a guard reads one.
         self._sub = state.subscribe(self._changed, keys=watched) if watched else None
         try:
-            with self._lock, state.engine.outside_transaction():
+            with self._lock, state.engine.context.outside_transaction():
                 resumed = resume and self._progress.resume()
                 machine.start()
                 machine.starting = True
@@ -142,8 +151,10 @@ class FlowRunner(RunnerView):
         except BaseException:
             self.close()  # unsubscribe and free the flow's name
             raise
-        if session is not None and plan.fresh_names:
-            session.loop.soon(session.loop.spawn, self._watch_freshness)
+        if session is not None:
+            session.on_close(self.close)
+            if plan.fresh_names:
+                session.runtime.soon(session.runtime.spawn, self._watch_freshness)
 
     # -- the one place a transition is applied -----------------------------------------------
 
@@ -154,13 +165,13 @@ class FlowRunner(RunnerView):
         quiet: bool = False,
         while_paused: bool = True,
     ) -> None:
-        """Feed the machine an input (``feed(*args)``), settle it (unless paused), record and
+        """Feed the machine an input (``feed(*args)``), latch it (unless paused), record and
         publish the result, under the lock and against the committed State (a transaction's
         writes are not facts yet). ``quiet``: a closed runner ignores the input;
         ``while_paused=False``: a paused one does too (it catches up when unpaused), else it
-        takes it in without settling. Positional on the hot path: keywords cost a change
+        takes it in without latching. Positional on the hot path: keywords cost a change
         about a tenth of a microsecond each."""
-        engine = self.state.engine
+        context = self.state.engine.context
         lock = self._lock
         lock.acquire()  # a third of a with-block's cost: this runs on every change
         try:
@@ -170,8 +181,8 @@ class FlowRunner(RunnerView):
                 self._check_open()
             if self._paused and not while_paused:
                 return
-            if engine.tx_open:
-                with engine.outside_transaction():
+            if context.tx_open:
+                with context.outside_transaction():
                     events = self._transition(feed, args)
             else:
                 events = self._transition(feed, args)
@@ -196,9 +207,9 @@ class FlowRunner(RunnerView):
     def _publish(self, events: list[Event]) -> None:
         """Send the signals, start on_enter actions, wake waiters, deliver the progress keys.
 
-        The keys were committed under the runner's lock, right after the settling (so two
+        The keys were committed under the runner's lock, right after the latching (so two
         threads never write them out of order), but are delivered only now, after the signals:
-        a receiver reacting to them starts its own settling once this one is fully told.
+        a receiver reacting to them starts its own latching once this one is fully told.
         """
         steps = self.flow.steps
         for kind, i in events:
@@ -216,15 +227,14 @@ class FlowRunner(RunnerView):
             with self._lock:
                 wanted = self._machine.repair_keys()
             self._progress.show_repair(wanted)
-        session = self.session
-        if session is not None and events:
+        if events and signals.steps_changed.receivers:
             told = self._machine.told
             since = min(
                 (told[i] for kind, i in events if kind in ("enter", "active") and i in told),
                 default=None,
             )
             if since is not None or self._plan.timed:
-                session.steps_changed(since, self._plan.timed)
+                send(signals.steps_changed, self, self.name, since=since, timed=self._plan.timed)
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -244,9 +254,7 @@ class FlowRunner(RunnerView):
     async def _watch_freshness(self) -> None:
         """Move the flow the moment a result its ``fresh`` guards read goes stale, on the
         session's clock (a step waiting on freshness does not wait for the next turn)."""
-        session = self.session
-        assert session is not None
-        clock, state = session.clock, self.state
+        clock, state = self._clock(), self.state
         while not self._closed:
             alarm = self._fresh_alarm = Waiter(lambda: True)
             delays = [d for n in self._plan.fresh_names if (d := fresh_for(state, n))]
@@ -266,8 +274,8 @@ class FlowRunner(RunnerView):
         self._apply(self._machine.tool_ok, (tool,))
 
     def begin_turn(self) -> None:
-        """A user turn starts (the session calls this before its extractors run): a step the
-        turn's words make active is entered on this turn, which repair does not count as a
+        """A user turn starts (a conversation calls this before its extractors run): a step
+        the turn's words make active is entered on this turn, which repair does not count as a
         turn the caller was stuck on it."""
         with self._lock:
             self._machine.begin_turn()
@@ -292,7 +300,7 @@ class FlowRunner(RunnerView):
         self.turns += 1
         self._turn_open = False
 
-    def _entered_this_turn(self) -> None:
+    def entered_this_turn(self) -> None:
         """Count the steps active now as entered on the current turn (a digression started by
         this turn's words): repair starts counting at the next turn."""
         with self._lock:
@@ -327,19 +335,121 @@ class FlowRunner(RunnerView):
             self._check_open()
             self._paused = paused
 
+    # -- where the flow stands ---------------------------------------------------------------
+
+    @property
+    def active_steps(self) -> list[str]:
+        """The ids of the active steps (reachable and not done), in flow order."""
+        with self._lock:
+            return list(self._machine.active_ids.ids)
+
+    @property
+    def done_steps(self) -> list[str]:
+        """The ids of the done steps, in flow order."""
+        with self._lock:
+            return list(self._machine.done_ids.ids)
+
+    @property
+    def marking(self) -> Marking:
+        """The done steps and the successful tool calls so far."""
+        with self._lock:
+            return self._machine.mark()
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether the flow is complete: every ``require``-d step done and, if the flow has
+        terminal steps, one of them reached (with neither, every step done)."""
+        return self._machine.complete
+
+    @property
+    def is_over(self) -> bool:
+        """Whether the flow is complete and its closing words were handed to the model (the
+        moment a call may end without cutting them off): ``flow:{name}:over``."""
+        return self._machine.over
+
+    @property
+    def told_steps(self) -> list[str]:
+        """The steps whose posture reached the model since they were last entered, in flow
+        order (``flow:{name}:told``)."""
+        with self._lock:
+            return [self.flow.steps[i].id for i in sorted(self._machine.told)]
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (the runner no longer advances)."""
+        return self._closed
+
+    def verdict(self, step: str) -> Verdict:
+        """Where ``step`` stands: pending, active, done or skipped."""
+        i = self._index(step)
+        with self._lock:
+            return self._machine.verdict(i)
+
+    def explain(self) -> FlowExplanation:
+        """Where the flow is and why: what each active step waits for, what keeps the next
+        steps from starting, which tools are allowed or refused (and why), what is unmet."""
+        with self._lock, self.state.engine.context.outside_transaction():
+            return explain(self._machine, self.rules, self.state)
+
+    def _index(self, step: str) -> int:
+        i = self._plan.ids.get(step) if isinstance(step, str) else None
+        if i is None:
+            raise FlowError(
+                f"flow {self.name!r} has no step {step!r}; its steps: "
+                + ", ".join(s.id for s in self.flow.steps)
+            )
+        return i
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FlowError(f"flow {self.name!r}: the runner is closed; start the flow again")
+
     # -- what the model is told --------------------------------------------------------------
 
-    def told_marker(self) -> Callable[[int], None] | None:
-        """The steps speaking now, to record as told when the context carrying their postures
-        is handed to the model (the session calls the result with the user turn number)."""
+    def brief(self, tools: Iterable[str] = ()) -> Brief:
+        """What the flow says now (see :class:`~slateflow.flow.brief.Brief`): the speaking
+        steps' postures, grounds (rendered from the State now) and reprompts, the unmet
+        requirements, the tools it knows with ``tools`` and why each refused one is refused,
+        the merged voice timing, and the marker recording the speaking steps as told."""
+        plan, steps = self._plan, self.flow.steps
         with self._lock:
             m = self._machine
-            speaking = tuple(rt.index for rt in m.speaking())
+            speaking = m.speaking()
+            due = [i for i in plan.repairs if m.reprompt_due(i)]
+            unmet = tuple(steps[i].id for i in plan.required if not m.done[i])
+            indices = tuple(rt.index for rt in speaking)
             # The complete flow's closing words (a stack's layer never ends the call itself).
-            closing = self._announces_over and m.complete and not m.active_ids.index
-        if not speaking:
-            return None
-        return lambda turn: self._mark_told(speaking, turn, closing)
+            closing = self.announces_over and m.complete and not m.active_ids.index
+        known = tuple(dict.fromkeys([*tools, *plan.universe]))
+        refused: dict[str, str] = {}
+        if self.enforcement is Enforcement.ENFORCE:
+            for tool in known:
+                reason = self.rules.refusal(tool)
+                if reason is not None:
+                    refused[tool] = reason
+        told: TellMarker | None = None
+        if indices:
+            told = lambda turn: self._mark_told(indices, turn, closing)  # noqa: E731
+        return Brief(
+            tuple(rt.step.posture for rt in speaking if rt.step.posture),
+            self._grounds(speaking),
+            tuple(reprompt_text(steps[i].timing) for i in due),
+            unmet,
+            known,
+            refused,
+            merge_timing(rt.step.timing for rt in speaking) if plan.timed else None,
+            told,
+        )
+
+    def _grounds(self, speaking: list[Any]) -> tuple[str, ...]:
+        lines = []
+        for ground in [rt.step.ground for rt in speaking if rt.step.ground is not None]:
+            try:
+                lines.append(ground.render(self.state))
+            except SlateError as exc:
+                # A key made secret after the flow started: the line is left out, not the turn.
+                log.error("flow %r: a ground could not be rendered: %s", self.name, exc)
+        return tuple(line for line in lines if line.strip())
 
     def _mark_told(self, steps: tuple[int, ...], turn: int, closing: bool = False) -> None:
         """Record ``steps`` as told at user turn ``turn`` (guards reading ``told`` re-evaluate);
@@ -365,7 +475,7 @@ class FlowRunner(RunnerView):
         if type(tool) is not str or not tool:
             raise FlowError(f"flow {self.name!r}: admit takes a tool name, got {tool!r}")
         once = tool in self._plan.once
-        reason = self.tools.refusal(tool)
+        reason = self.rules.refusal(tool)
         if reason is None:
             return Admission(tool, True, once=once)
         if self.enforcement is Enforcement.ENFORCE:
@@ -373,6 +483,31 @@ class FlowRunner(RunnerView):
         if record:
             self.violations.append(Violation(tool, reason, tuple(self.active_steps)))
         return Admission(tool, True, reason, violation=True, once=once)
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    async def wait_for_step(self, step: str, timeout: float | None = None) -> Verdict:
+        """Wait until ``step`` is reached (active or done) and return its verdict.
+
+        Raises :class:`WaitTimeoutError` after ``timeout`` seconds (on the session's clock, so
+        a manual clock in tests) with the runner's explanation.
+        """
+        i = self._index(step)
+        m = self._machine
+
+        def reached() -> bool:
+            return m.active[i] or m.done[i]
+
+        await self._waits.until(reached, timeout, f"step {step!r} to be reached", self._clock())
+        return self.verdict(step)
+
+    async def wait_complete(self, timeout: float | None = None) -> None:
+        """Wait until the flow is complete; raises :class:`WaitTimeoutError` after ``timeout``."""
+        m = self._machine
+        await self._waits.until(lambda: m.complete, timeout, "the flow to complete", self._clock())
+
+    def _clock(self) -> Clock:
+        return self.session.clock if self.session is not None else SYSTEM_CLOCK
 
     # -- lifecycle ---------------------------------------------------------------------------
 

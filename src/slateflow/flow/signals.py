@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from blinker import Namespace
 
-__all__ = ["flow_completed", "flow_over", "step_done", "step_entered", "step_reset"]
+__all__ = [
+    "flow_completed",
+    "flow_over",
+    "step_done",
+    "step_entered",
+    "step_reset",
+    "steps_changed",
+]
 
 _signals = Namespace()
 
@@ -23,4 +30,10 @@ flow_over = _signals.signal(
     "slateflow.flow_over",
     doc="The flow is complete (or a FlowStack ended) and its closing words were handed to the "
     "model: a voice adapter may hang up now, without cutting the goodbye off.",
+)
+steps_changed = _signals.signal(
+    "slateflow.steps_changed",
+    doc="The active steps changed in a way a conversation acts on; keyword arguments "
+    "``since`` (the user turn after which a newly active step's posture was last told to the "
+    "model, or None) and ``timed`` (whether the flow's steps carry voice timing).",
 )

@@ -2,7 +2,7 @@
 
 Real calls leave the main task for a moment (a side question, a cancel, a hand-off) and expect
 to come back to it. ``FlowStack(main, [Digression("faq", when=is_true("intent:faq"),
-flow=faq)])`` runs like a flow: ``session.run_flow(stack)`` returns a :class:`StackRunner`. At
+flow=faq)])`` runs like a flow: ``stack.start(session)`` returns a :class:`StackRunner`. At
 each turn, if no digression is active, the first whose trigger holds takes the floor: the main
 flow is suspended untouched and the digression's own flow drives the turn. When it completes, it
 stays the speaking layer for that turn (its closing words are said), and at the next turn the
@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowError, SlateError
-from ..resolve.background import BackgroundResult
 from ..resolve.clock import SYSTEM_CLOCK, Clock
 from ..state import Change, State
 from . import signals
+from .brief import Brief, TellMarker
 from .digressions import Digression, FlowStack, Then
 from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
-from .timing import VoiceTiming
 from .waits import Waits
 
 if TYPE_CHECKING:
+    from ..resolve.background import Deliver
     from ..resolve.session import Session
 
 __all__ = [
@@ -56,11 +56,13 @@ words were handed to the model: a voice adapter hangs up on it."""
 
 
 class StackRunner:
-    """A running :class:`FlowStack`: the session's view of it matches a ``FlowRunner``'s.
+    """A running :class:`FlowStack`: a conversation sees it as it sees a ``FlowRunner``.
 
     ``current`` is the runner speaking now (the active digression's, else the main one);
-    ``admit``, ``postures``, ``grounds``, ``explain`` and the rest ask it. ``main`` keeps the
-    main flow's runner, whose marking is untouched while a digression has the floor.
+    ``admit``, ``brief``, ``explain`` and the rest ask it. ``main`` keeps the main flow's
+    runner, whose marking is untouched while a digression has the floor. ``tools`` are the
+    agent's tools besides the flows' own (a refusal while a digression speaks lists those
+    available); ``deliver`` receives every layer's background outcomes (see ``FlowRunner``).
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class StackRunner:
         *,
         session: Session | None = None,
         enforcement: Enforcement | str = Enforcement.ENFORCE,
+        deliver: Deliver | None = None,
+        tools: Iterable[str] = (),
     ) -> None:
         if not isinstance(stack, FlowStack):
             raise TypeError(f"StackRunner needs a FlowStack, got {type(stack).__name__}")
@@ -81,15 +85,19 @@ class StackRunner:
                         raise FlowError(
                             f"digression {d.name!r}: step {step.id!r} has an on_enter action, "
                             "which needs a session to run in; start the stack with "
-                            "session.run_flow(stack)"
+                            "stack.start(session)"
                         )
         self.stack = stack
         self.state = state
         self.session = session
         self.enforcement = Enforcement(enforcement)
+        self.tools = tuple(dict.fromkeys([tools] if isinstance(tools, str) else tools))
+        self._deliver = deliver
         self.name = stack.main.name
-        self.main = FlowRunner(stack.main, state, session=session, enforcement=enforcement)
-        self.main._announces_over = False  # the stack says when the call is over
+        self.main = FlowRunner(
+            stack.main, state, session=session, enforcement=enforcement, deliver=deliver
+        )
+        self.main.announces_over = False  # the stack says when the call is over
         self._active: tuple[Digression, FlowRunner] | None = None
         # The turn whose context says a completed digression's closing words (None: none).
         self._closing_turn: int | None = None
@@ -108,6 +116,8 @@ class StackRunner:
         watched += [OVERLAY_KEY, TERMINATED_KEY, OVER_KEY]
         self._sub = state.subscribe(self._progressed, keys=watched)
         self._publish()
+        if session is not None:
+            session.on_close(self.close)
 
     # -- the layers -------------------------------------------------------------------------
 
@@ -234,10 +244,9 @@ class StackRunner:
         if self._active is not None:
             self._active[1].abort_turn()
 
-    def told_marker(self) -> Callable[[int], None] | None:
-        """The speaking layer's steps, to record as told when their context reaches the model
-        (none once the conversation has ended); the closing context also makes the call over."""
-        inner = None if self._silent() else self.current.told_marker()
+    def _told(self, inner: TellMarker | None) -> TellMarker | None:
+        """The speaking layer's marker, which once the conversation has ended (and its closing
+        context reaches the model) also makes the call over."""
         ending = self.terminated is not None or (self._active is None and self.main.is_complete)
         if not ending or self._over:
             return inner
@@ -307,9 +316,10 @@ class StackRunner:
                     session=self.session,
                     enforcement=self.enforcement,
                     resume=False,
+                    deliver=self._deliver,
                 )
-                runner._entered_this_turn()
-                runner._announces_over = False
+                runner.entered_this_turn()
+                runner.announces_over = False
                 self.main.pause()
                 self._active = (d, runner)
                 # Completed between turns by a write (a background result, a webhook): noticed
@@ -388,31 +398,46 @@ class StackRunner:
         # Terminated, and the closing words of the digression that ended it were said.
         return self.terminated is not None and self._active is None
 
-    def postures(self) -> list[str]:
-        """The speaking layer's postures; once terminated, only the closing turn's."""
-        return [] if self._silent() else self.current.postures()
-
-    def grounds(self) -> list[str]:
-        """The speaking layer's grounds; once terminated, only the closing turn's."""
-        return [] if self._silent() else self.current.grounds()
-
-    def reprompts(self) -> list[str]:
-        """The speaking layer's reprompt lines; none once terminated."""
-        return [] if self.terminated is not None else self.current.reprompts()
-
-    def unmet_requirements(self) -> list[str]:
-        """The speaking layer's unmet requirements; none once terminated (read
-        ``main.unmet_requirements()`` for what the call never finished)."""
-        return [] if self.terminated is not None else self.current.unmet_requirements()
+    def brief(self, tools: Iterable[str] = ()) -> Brief:
+        """What the stack says now: the speaking layer's brief (see ``FlowRunner.brief``),
+        with every tool the main flow or a digression knows. Once terminated only the closing
+        turn's postures, grounds and timing are said, nothing is unmet or reprompted, and every
+        tool is refused with the reason (read ``main.brief()`` for what the call never
+        finished)."""
+        asked = tuple(dict.fromkeys([*tools, *self.tools]))
+        known = tuple(dict.fromkeys([*asked, *self._known_tools()]))
+        if self._silent():
+            inner = Brief()
+        else:
+            inner = self.current.brief(known)
+            if self.terminated is not None:
+                # The closing turn: its words and timing are said; nothing is unmet or reprompted.
+                inner = Brief(inner.postures, inner.grounds, timing=inner.timing, told=inner.told)
+        refused: dict[str, str] = {}
+        if self.enforcement is Enforcement.ENFORCE:
+            for tool in known:
+                admission = self.admit(tool, record=False)
+                if not admission.allowed:
+                    refused[tool] = admission.reason
+        return Brief(
+            inner.postures,
+            inner.grounds,
+            inner.reprompts,
+            inner.unmet,
+            known,
+            refused,
+            inner.timing,
+            self._told(inner.told),
+        )
 
     @property
     def active_steps(self) -> list[str]:
         """The speaking layer's active steps; none once terminated."""
         return [] if self.terminated is not None else self.current.active_steps
 
-    def known_tools(self) -> list[str]:
+    def _known_tools(self) -> list[str]:
         """Every tool the main flow or a digression knows."""
-        found = dict.fromkeys(self.main.known_tools())
+        found = dict.fromkeys(self.main.rules.plan.universe)
         for d in self.stack.digressions:
             found.update(dict.fromkeys(sorted(set(d.flow.tools()) | (d.flow.registry or set()))))
         return list(found)
@@ -422,7 +447,7 @@ class StackRunner:
         has the floor the main flow's ``once``, ``never`` and ``commit`` constraints still
         bind; once terminated, every tool is refused with the reason. ``record`` as in
         ``FlowRunner.admit`` (observe-mode breaches go to ``main.violations``)."""
-        once = tool in self.main.tools.plan.once
+        once = tool in self.main.rules.plan.once
         if self.terminated is not None:
             if self.enforcement is Enforcement.OBSERVE:
                 # Admitted, and audited like any other breach.
@@ -448,18 +473,17 @@ class StackRunner:
     def _binding(self, tool: str) -> str | None:
         """Why the suspended main flow's constraints refuse ``tool`` while a digression speaks:
         told in the digression's words (its tools and posture), since the model follows it."""
-        denial = self.main.tools.constraint_denial(tool)
+        denial = self.main.rules.constraint_denial(tool)
         if denial is None:
             return None
-        session_tools = self.session.conversation.tools if self.session is not None else ()
-        candidates = dict.fromkeys([*session_tools, *self.known_tools()])
+        candidates = dict.fromkeys([*self.tools, *self._known_tools()])
         available = [
             t
             for t in candidates
             if not self.current.admit(t, record=False).reason
-            and self.main.tools.constraint_denial(t) is None
+            and self.main.rules.constraint_denial(t) is None
         ]
-        return self.current.tools.reason(tool, *denial, available)
+        return self.current.rules.reason(tool, *denial, available)
 
     def explain(self) -> FlowExplanation:
         """The speaking layer's explanation; once terminated, the truth of it: no step active,
@@ -472,25 +496,13 @@ class StackRunner:
             tuple(self.active_steps),
             tuple(self.main.done_steps),
             True,
-            blocked_tools=dict.fromkeys(self.known_tools(), ended),
+            blocked_tools=dict.fromkeys(self._known_tools(), ended),
             terminated=self.terminated,
         )
 
     def verdict(self, step: str) -> Verdict:
         """Where a step of the speaking layer stands."""
         return self.current.verdict(step)
-
-    def voice_timing(self) -> VoiceTiming | None:
-        """The speaking layer's merged timing; once terminated, only the closing turn's (a
-        closing disclosure keeps its no-barge-in timing while it is said)."""
-        return None if self._silent() else self.current.voice_timing()
-
-    def take_deliveries(self) -> list[BackgroundResult]:
-        """Background results of any layer's ``on_enter`` actions, oldest first."""
-        taken = self.main.take_deliveries()
-        if self._active is not None:
-            taken += self._active[1].take_deliveries()
-        return taken
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -78,13 +78,14 @@ def run(
     scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
     deliver: Deliver | None = None,
 ) -> OnEnter:
-    """An ``on_enter`` action: start ``resolver`` through the session each time the step is
-    entered.
+    """An ``on_enter`` action: start ``resolver`` in the runner's session each time the step
+    is entered, in ``mode`` (the modes of :class:`~slateflow.resolve.Session`).
 
     - ``"dispatch"``: fire and forget; guards see ``<name>:result`` when it lands.
     - ``"background"``: the same, and the outcome is delivered for the model with the
-      ``scheduling`` hint: to ``deliver`` if given, else queued on the runner
-      (``runner.take_deliveries()``).
+      ``scheduling`` hint: to ``deliver`` if given, else to the runner's own ``deliver`` (a
+      conversation's, when it runs the flow: the result waits in its inbox for the next
+      context); with neither, the outcome is only in the State.
     - ``"call"``: run at once in the runner's own task, one after another; ``await
       runner.on_turn()`` waits for these runs, so the next turn sees their results.
     """

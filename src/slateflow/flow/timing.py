@@ -1,17 +1,15 @@
 """Voice timing per step: how the conversation sounds while a step is active.
 
-A flow decides what may happen; a :class:`VoiceTiming` decides the pacing. The session merges
-the timing of every active step (the most cautious setting wins) and publishes it at
-``session:voice_timing``, where the voice loop reads it.
+A flow decides what may happen; a :class:`VoiceTiming` decides the pacing. A conversation
+merges the timing of every active step (the most cautious setting wins) and publishes it in the
+State, where the voice loop reads it.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..resolve.turns import VOICE_TIMING_KEY
-
-__all__ = ["DEFAULT_REPROMPT", "VOICE_TIMING_KEY", "VoiceTiming"]
+__all__ = ["DEFAULT_REPROMPT", "VoiceTiming"]
 
 DEFAULT_REPROMPT = (
     "The user has not answered. Briefly repeat or rephrase your last question, and do not add "

@@ -2,30 +2,29 @@
 
 A resolver named ``verify`` writes ``verify:status`` (``running``, then ``done``, ``error`` or
 ``cancelled``), and ``verify:result`` or ``verify:error``, with provenance, whether it runs in
-call mode (``await resolver.resolve(state)``), dispatch mode (``session.dispatch``) or background
-mode (``session.background``).
+call mode (``await session.call(resolver)``), dispatch mode (``session.dispatch``) or
+background mode (``session.background``).
 """
 
-from ..state.freshness import fresh_for, is_fresh
 from .background import (
     AckFormatter,
     BackgroundResult,
     Deliver,
     ResultFormatter,
     Scheduling,
+    ToModel,
     default_ack,
     default_result,
 )
 from .clock import Clock, ManualClock, SystemClock
-from .inbox import Inbox
+from .freshness import fresh_for, is_fresh
 from .llm import LLM, LLMRequest, LLMResponse, Usage
-from .loop import SessionLoop
-from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent, call
+from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent
 from .retry import Retry
 from .run import Mode, Run, RunStatus
+from .runtime import Runtime
 from .session import Session
 from .template import Template
-from .turns import Turn, TurnContext
 from .watchers import Watcher
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "BackgroundResult",
     "Clock",
     "Deliver",
-    "Inbox",
     "LLMRequest",
     "LLMResponse",
     "ManualClock",
@@ -47,20 +45,17 @@ __all__ = [
     "Retry",
     "Run",
     "RunStatus",
+    "Runtime",
     "Scheduling",
     "Session",
-    "SessionLoop",
     "SystemClock",
     "Template",
     "TextAgent",
-    "Turn",
-    "TurnContext",
+    "ToModel",
     "Usage",
     "Watcher",
-    "call",
     "default_ack",
     "default_result",
     "fresh_for",
     "is_fresh",
 ]
-

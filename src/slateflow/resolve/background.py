@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..state import SECRET_MASK
+
+if TYPE_CHECKING:
+    from ..state import State
 
 __all__ = [
     "AckFormatter",
@@ -14,8 +19,10 @@ __all__ = [
     "Deliver",
     "ResultFormatter",
     "Scheduling",
+    "ToModel",
     "default_ack",
     "default_result",
+    "dress",
 ]
 
 
@@ -79,3 +86,37 @@ def default_result(result: BackgroundResult) -> dict[str, Any]:
     elif result.status == "error":
         payload["error"] = result.error
     return payload
+
+
+class ToModel:
+    """A ``deliver`` callback that hands results to a model (a conversation's
+    ``deliver`` is one). On a durable State, a run delivered to one records how to hand its
+    outcome over again after a restart, and what reaches the model never shows a secret
+    value."""
+
+    __slots__ = ()
+
+    def __call__(self, result: BackgroundResult) -> Awaitable[None] | None:
+        raise NotImplementedError
+
+
+def dress(
+    result: BackgroundResult,
+    formatter: ResultFormatter,
+    state: State,
+    *,
+    to_model: bool = False,
+) -> BackgroundResult:
+    """``result`` with its ``response`` (what the model is told) made by ``formatter``.
+
+    A result of a secret key (``policy(..., secret=True)``) is never shown: its response says a
+    secret result is available (``"result": "***"``) and it is flagged ``secret``; with
+    ``to_model`` its ``value`` is masked too (a ``deliver`` callback of yours gets the value).
+    """
+    secret = result.status == "completed" and state.is_secret(f"{result.name}:result")
+    if not secret:
+        return result.model_copy(update={"response": formatter(result)})
+    masked = result.model_copy(update={"value": SECRET_MASK, "secret": True})
+    response = formatter(masked)
+    kept = masked if to_model else result.model_copy(update={"secret": True})
+    return kept.model_copy(update={"response": response})

@@ -13,13 +13,13 @@ from .resolver import Resolver
 from .run import Mode, Run
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .scheduler import Scheduler
 
 __all__ = ["Reaction"]
 
 
 class Reaction:
-    """Keeps one reactive resolver fresh inside a Session.
+    """Keeps one reactive resolver fresh inside a session's scheduler.
 
     A change to any of its ``reads`` keys (from any thread) pushes a deadline ``debounce``
     seconds away on the session's clock; when the deadline passes with no further change, the
@@ -34,20 +34,20 @@ class Reaction:
         "last",
         "mode",
         "resolver",
+        "scheduler",
         "scheduling",
-        "session",
         "sub",
     )
 
     def __init__(
         self,
-        session: Session,
+        scheduler: Scheduler,
         resolver: Resolver,
         mode: Mode,
         deliver: Deliver | None,
         scheduling: Scheduling | None,
     ) -> None:
-        self.session = session
+        self.scheduler = scheduler
         self.resolver = resolver
         self.mode: Mode = mode
         self.deliver = deliver
@@ -55,7 +55,7 @@ class Reaction:
         self.last: Run | None = None
         self._due = 0.0
         self._scope: anyio.CancelScope | None = None
-        self.sub = session.state.subscribe(self._changed, keys=list(resolver.reads))
+        self.sub = scheduler.state.subscribe(self._changed, keys=list(resolver.reads))
 
     def retarget(
         self,
@@ -67,7 +67,7 @@ class Reaction:
         """Re-runs use this resolver, mode and delivery from now on (the latest dispatch wins)."""
         if resolver.reads != self.resolver.reads:
             self.sub.close()
-            self.sub = self.session.state.subscribe(self._changed, keys=list(resolver.reads))
+            self.sub = self.scheduler.state.subscribe(self._changed, keys=list(resolver.reads))
         self.resolver = resolver
         self.mode = mode
         self.deliver = deliver
@@ -79,18 +79,18 @@ class Reaction:
         # two reactive resolvers reading each other's results ping-pong forever.
         if all(not c.removed and same(c.old, c.new) for c in changes):
             return
-        self.session._soon(self._poke)
+        self.scheduler.runtime.soon(self._poke)
 
     def _poke(self) -> None:
         if not self.sub.active:
             return
-        self._due = self.session.clock.monotonic() + self.resolver.debounce
+        self._due = self.scheduler.clock.monotonic() + self.resolver.debounce
         if self._scope is None:
             self._scope = anyio.CancelScope()
-            self.session._spawn(self._timer, self._scope)
+            self.scheduler.runtime.spawn(self._timer, self._scope)
 
     async def _timer(self, scope: anyio.CancelScope) -> None:
-        clock = self.session.clock
+        clock = self.scheduler.clock
         with scope:
             # (Waits under a nanosecond count as elapsed: float rounding could spin forever.)
             while (wait := self._due - clock.monotonic()) > 1e-9:
@@ -98,7 +98,7 @@ class Reaction:
         if self._scope is scope:
             self._scope = None
         if not scope.cancel_called:
-            self.session._rerun(self)
+            self.scheduler.rerun(self)
 
     def stop(self) -> None:
         """Stop reacting (runs in flight are left alone)."""

@@ -20,7 +20,7 @@ from .llm import LLM, LLMRequest, usage_meta
 from .retry import Retry
 from .template import Template
 
-__all__ = ["CONFLICT_POLICIES", "OnConflict", "Resolver", "ResolverOptions", "TextAgent", "call"]
+__all__ = ["CONFLICT_POLICIES", "OnConflict", "Resolver", "ResolverOptions", "TextAgent"]
 
 OnConflict = Literal["latest", "queue", "reject", "parallel"]
 CONFLICT_POLICIES: tuple[OnConflict, ...] = ("latest", "queue", "reject", "parallel")
@@ -451,14 +451,3 @@ class Resolver:
     def __repr__(self) -> str:
         return f"Resolver.{self.kind}({self.name!r})"
 
-
-async def call(
-    name: str, agent: TextAgent | Callable[[State], Awaitable[str]], state: State
-) -> str:
-    """Run ``agent`` now and write its result to ``<name>:result`` (or error to ``<name>:error``).
-
-    The seed's ``call``: shorthand for ``await Resolver.agent(name, agent).resolve(state)``.
-    Returns the agent's text; raises :class:`~slateflow.errors.ResolverError` on failure.
-    """
-    value: str = await Resolver.agent(name, agent).resolve(state)
-    return value

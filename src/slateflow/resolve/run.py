@@ -1,6 +1,9 @@
 """One run of a resolver: attempts, timeouts, retries, and the key writes every mode shares.
 
-:class:`Run` is also the handle a Session's ``dispatch`` returns (exported as ``Dispatch``).
+:class:`Run` is also the handle a Session's ``dispatch`` returns. Its ``status`` has one owner:
+only the run's own transitions change it (:meth:`Run.queue`, :meth:`Run.begin`,
+:meth:`Run.refused`, :meth:`Run.dropped` and the run itself as it executes), and the session's
+scheduler is what calls them for dispatched runs.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class Run:
         "_mono",
         "_on_cancel",
         "_produced",
+        "_status",
         "attempts",
         "cancel_reason",
         "clock",
@@ -108,7 +112,6 @@ class Run:
         "scheduling",
         "started_at",
         "state",
-        "status",
         "superseded",
         "to_inbox",
         "value",
@@ -128,7 +131,7 @@ class Run:
         self.mode: Mode = mode
         self.state = state
         self.clock = clock
-        self.status: RunStatus = "running"
+        self._status: RunStatus = "running"
         self.value: Any = None
         self.error: str | None = None
         self.exception: BaseException | None = None
@@ -156,6 +159,12 @@ class Run:
     # -- the handle ------------------------------------------------------------------------
 
     @property
+    def status(self) -> RunStatus:
+        """``"queued"``, ``"running"``, then exactly one of ``"done"``, ``"error"`` or
+        ``"cancelled"``."""
+        return self._status
+
+    @property
     def name(self) -> str:
         """The resolver's name."""
         return self.resolver.name
@@ -163,14 +172,14 @@ class Run:
     @property
     def done(self) -> bool:
         """Whether the run has ended (done, error or cancelled)."""
-        return self.status in TERMINAL
+        return self._status in TERMINAL
 
     def cancel(self, reason: str = "cancelled") -> bool:
         """Ask the run to stop; returns False if it had already ended.
 
         It ends as ``"cancelled"`` at its next await (at once if it has not started).
         """
-        if self.status in TERMINAL:
+        if self._status in TERMINAL:
             return False
         if self.cancel_reason is None:
             self.cancel_reason = reason
@@ -187,22 +196,51 @@ class Run:
         :class:`~slateflow.errors.ResolverCancelledError` if it was cancelled; with
         ``raise_error=False`` returns the value, or None for a run that did not succeed.
         """
-        if self.status not in TERMINAL:
+        if self._status not in TERMINAL:
             if self._event is None:
                 self._event = anyio.Event()
             await self._event.wait()
         if raise_error:
-            if self.status == "error":
+            if self._status == "error":
                 raise self._resolver_error() from self.exception
-            if self.status == "cancelled":
+            if self._status == "cancelled":
                 raise ResolverCancelledError(
                     f"run of resolver {self.name!r} was {self.cancel_reason or 'cancelled'}; "
                     f"read {self.resolver.status_key!r} or dispatch it again"
                 )
-        return self.value if self.status == "done" else None
+        return self.value if self._status == "done" else None
 
     def __repr__(self) -> str:
-        return f"<Run {self.name!r} {self.mode} {self.status}>"
+        return f"<Run {self.name!r} {self.mode} {self._status}>"
+
+    # -- transitions the scheduler drives --------------------------------------------------
+
+    def queue(self, on_cancel: Callable[[Run], None]) -> None:
+        """The run waits its turn (``on_conflict="queue"``); ``on_cancel`` ends it unstarted."""
+        self._status = "queued"
+        self._on_cancel = on_cancel
+
+    def begin(self, handle: TaskHandle[None], on_cancel: Callable[[Run], None]) -> None:
+        """The run started in the task ``handle``; ``on_cancel`` watches it wind down."""
+        self._status = "running"
+        self._handle = handle
+        self._on_cancel = on_cancel
+
+    def refused(self, exc: Exception) -> None:
+        """A queued run could not start: the State refused its ``running`` status."""
+        self.exception = exc
+        self.error = error_message(exc)
+        self._status = "error"
+        self._on_cancel = None
+        self.notify()
+
+    def dropped(self) -> None:
+        """A queued run ends without starting (cancelled or superseded)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = "cancelled"
+        self._status = "cancelled"
+        self._on_cancel = None
+        self.notify()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -224,7 +262,7 @@ class Run:
             self.finish_cancelled("caller cancelled")
             raise
         self.write_outcome()
-        if self.status == "error":
+        if self._status == "error":
             raise self._resolver_error() from self.exception
         return self.value
 
@@ -237,7 +275,7 @@ class Run:
         clock = self.clock
         self.started_at = clock.time()
         self._mono = clock.monotonic()
-        self.status = "running"
+        self._status = "running"
         if self.cancel_reason is not None:
             # Cancelled before it started: a source that never awaits must not run at all.
             self.duration = 0.0
@@ -254,11 +292,11 @@ class Run:
                 if resolver.reads:
                     version = state.version
                     self.inputs = {k: version(k) for k in resolver.reads}
-                token = state.engine.push_actor(resolver.actor)
+                token = state.engine.context.push_actor(resolver.actor)
                 try:
                     produced = await resolver.source(state)
                 finally:
-                    state.engine.pop_actor(token)
+                    state.engine.context.pop_actor(token)
                 self._produced = self._accept(produced)
             else:
                 self._produced = await self._attempts()
@@ -284,7 +322,7 @@ class Run:
             # swallowing it): the request wins and the value is discarded.
             self._cancelled()
             return
-        self.status = "done"
+        self._status = "done"
 
     def _failed(self, exc: BaseException) -> None:
         self.exception = exc
@@ -294,11 +332,11 @@ class Run:
                 f"{type(exc).__name__}: {self.error} (raised by the source of resolver "
                 f"{self.name!r} although the run was not cancelled; it counts as this run's error)"
             )
-        self.status = "error"
+        self._status = "error"
         self.value = None
 
     def _cancelled(self) -> None:
-        self.status = "cancelled"
+        self._status = "cancelled"
         self.value = None
         self._produced = None
         if self.cancel_reason is None:
@@ -351,7 +389,7 @@ class Run:
         if resolver.reads:
             version = state.version
             self.inputs = {k: version(k) for k in resolver.reads}
-        token = state.engine.push_actor(resolver.actor)
+        token = state.engine.context.push_actor(resolver.actor)
         try:
             timeout = resolver.timeout
             if timeout is None:
@@ -365,7 +403,7 @@ class Run:
             if not scope.cancelled_caught and overrun >= IGNORED_AFTER:
                 self._report_ignored(overrun)
         finally:
-            state.engine.pop_actor(token)
+            state.engine.context.pop_actor(token)
         raise ResolverTimeoutError(
             f"resolver {resolver.name!r} timed out after {timeout:g}s (attempt {attempt}); "
             "raise its timeout or make the source faster"
@@ -444,7 +482,7 @@ class Run:
         problem is logged. The keys never stay ``running`` because of a refused write.
         """
         resolver = self.resolver
-        if self.status == "done":
+        if self._status == "done":
             assert self._produced is not None
             value, extra = self._produced
             meta = self._meta()
@@ -465,9 +503,9 @@ class Run:
             except SlateError as exc:
                 self.exception = exc
                 self.error = error_message(exc)
-                self.status = "error"
+                self._status = "error"
                 self.value = None
-        if self.status == "error":
+        if self._status == "error":
             meta = self._meta()
             meta["attempts"] = self.attempts
             meta["exception"] = type(self.exception).__name__ if self.exception else "Exception"
@@ -481,20 +519,20 @@ class Run:
                 return
             except SlateError as exc:
                 log.error("resolver %r: its error could not be written: %s", self.name, exc)
-        elif self.status != "cancelled":
+        elif self._status != "cancelled":
             return
         if status:
             meta = self._meta()
-            if self.status == "cancelled":
+            if self._status == "cancelled":
                 meta["reason"] = self.cancel_reason or "cancelled"
             try:
-                self.outcome_seq = self._commit({resolver.status_key: self.status}, (), meta)
+                self.outcome_seq = self._commit({resolver.status_key: self._status}, (), meta)
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
 
     def finish_cancelled(self, reason: str, *, write: bool = True) -> None:
         """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""
-        if self.status in TERMINAL:
+        if self._status in TERMINAL:
             return
         if self.duration is None:
             self.duration = self.clock.monotonic() - self._mono if self._mono else 0.0
@@ -520,16 +558,16 @@ class Run:
             scheduling = Scheduling.SILENT
         status: Literal["completed", "error", "cancelled"] = (
             "completed"
-            if self.status == "done"
+            if self._status == "done"
             else "error"
-            if self.status == "error"
+            if self._status == "error"
             else "cancelled"
         )
         return BackgroundResult(
             name=self.name,
             status=status,
-            value=self.value if self.status == "done" else None,
-            error=self.error if self.status == "error" else None,
+            value=self.value if self._status == "done" else None,
+            error=self.error if self._status == "error" else None,
             scheduling=scheduling,
             attempts=self.attempts,
             superseded=self.superseded,

@@ -367,7 +367,7 @@ def _missing_message(piece: _Placeholder, value: Any, state: State, owner: str |
     if piece.steps and not piece.head.startswith("["):
         dotted = piece.ref
         try:
-            if state.contains(dotted):
+            if dotted in state:
                 hint = f" (a key {dotted!r} is set: write {{[{dotted}]}} for a key with a '.')"
         except SlateError:
             pass

@@ -16,7 +16,7 @@ from ..state.chains import in_chain
 from ..state.when import Transition
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .scheduler import Scheduler
 
 __all__ = ["WatchQueue", "Watcher"]
 
@@ -24,22 +24,25 @@ __all__ = ["WatchQueue", "Watcher"]
 class Watcher:
     """A live ``session.watch``; ``close()`` stops it (actions already started finish)."""
 
-    __slots__ = ("action", "blocking", "key", "session", "sub", "when")
+    __slots__ = ("_closed", "_queue", "_work", "action", "blocking", "key", "sub", "when")
 
     def __init__(
         self,
-        session: Session,
+        work: Scheduler,
+        queue: WatchQueue | None,
         key: str,
         when: Transition | Callable[[Any, Any], bool],
         action: Callable[[Change], Any],
-        blocking: bool,
+        closed: Callable[[Watcher], None],
     ) -> None:
-        self.session = session
+        self._work = work  # counts the actions in flight, for wait_idle
+        self._queue = queue  # blocking watchers' actions run in it, one at a time
+        self._closed = closed
         self.key = key
         self.when = when
         self.action = action
-        self.blocking = blocking
-        self.sub = session.state.subscribe(self._changed, keys=[key])
+        self.blocking = queue is not None
+        self.sub = work.state.subscribe(self._changed, keys=[key])
 
     @property
     def active(self) -> bool:
@@ -49,48 +52,47 @@ class Watcher:
     def close(self) -> None:
         """Stop watching."""
         self.sub.close()
-        self.session._watchers.discard(self)
+        self._closed(self)
 
     def _changed(self, changes: tuple[Change, ...]) -> None:
         # In the writer's thread: the predicate sees each change as it was committed.
         try:
             matched = [c for c in changes if self.when(c.old, c.new)]
         except Exception as exc:
-            self.session._soon(self.session._report, self.when, exc)
+            runtime = self._work.runtime
+            runtime.soon(runtime.report, self.when, exc)
             return
         if matched:
-            self.session._soon(self._schedule, matched)
+            self._work.runtime.soon(self._schedule, matched)
 
     def _schedule(self, changes: list[Change]) -> None:
-        session = self.session
-        if not self.sub.active or not session._open:
+        work = self._work
+        if not self.sub.active or not work.runtime.running:
             return
         level = chain_depth()  # an action's writes are one more link of this chain
         for change in changes:
-            session._actions += 1
-            if self.blocking:
-                assert session._queue is not None
-                session._queue.put(self, change, level)
+            work.action_started()
+            if self._queue is not None:
+                self._queue.put(self, change, level)
             else:
-                session._spawn(self.run, change)
+                work.runtime.spawn(self.run, change)
 
     async def run(self, change: Change) -> None:
         """Run the action on one change, reporting (not raising) its failure."""
-        state = self.session.state
+        context = self._work.state.engine.context
         # The task may have copied a fenced resolver's context (the write that triggered it);
         # the action writes as itself.
-        token = state.engine.push_actor(None) if state.engine.actor() is not None else None
+        token = context.push_actor(None) if context.actor() is not None else None
         try:
             outcome = self.action(change)
             if inspect.isawaitable(outcome):
                 await outcome
         except Exception as exc:
-            self.session._report(self.action, exc)
+            self._work.runtime.report(self.action, exc)
         finally:
             if token is not None:
-                state.engine.pop_actor(token)
-            self.session._actions -= 1
-            self.session._check_idle()
+                context.pop_actor(token)
+            self._work.action_done()
 
     def __repr__(self) -> str:
         kind = "blocking" if self.blocking else "concurrent"
@@ -100,8 +102,7 @@ class Watcher:
 class WatchQueue:
     """Runs the blocking watchers' actions one at a time, in commit order."""
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self) -> None:
         send: MemoryObjectSendStream[tuple[Watcher, Change, int]]
         receive: MemoryObjectReceiveStream[tuple[Watcher, Change, int]]
         send, receive = anyio.create_memory_object_stream(math.inf)

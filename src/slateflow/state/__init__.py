@@ -3,15 +3,15 @@
 from . import when
 from .actors import Actor
 from .derived import Derived
-from .freshness import fresh_for, is_fresh
-from .history import Journal
-from .journal import JournalSink, JsonlSink, MemorySink
+from .journal import Journal
 from .keys import MAX_KEY_LENGTH, Key, Pattern, error_key, result_key, status_key
 from .policy import Policy, Rule
-from .provenance import Provenance
+from .provenance import Provenance, source_of
 from .records import SECRET_MASK, Change, Entry
-from .scopes import SCOPES, ReadOnlyView, ScopedView, end_turn
-from .store import SNAPSHOT_FORMAT, State, source_of
+from .scopes import SCOPES, ReadOnlyView, ScopedView
+from .sinks import JournalSink, JsonlSink, MemorySink
+from .snapshots import SNAPSHOT_FORMAT
+from .state import State
 from .subscriptions import Subscription
 from .transaction import Transaction
 from .when import Transition
@@ -40,13 +40,9 @@ __all__ = [
     "Subscription",
     "Transaction",
     "Transition",
-    "end_turn",
     "error_key",
-    "fresh_for",
-    "is_fresh",
     "result_key",
     "source_of",
     "status_key",
     "when",
 ]
-

@@ -13,7 +13,7 @@ from .keys import key_list as _key_list
 from .records import Change
 
 if TYPE_CHECKING:
-    from .store import State
+    from .state import State
     from .subscriptions import Subscription
 
 __all__ = ["Derived"]

@@ -8,13 +8,15 @@ Every write reaches the engine: ``State.set`` / ``update`` / ``modify`` / ``remo
 
 1. **validate**: key, value (JSON), declared schema, policy (:meth:`prepare`, done by the caller
    before it hands over its ops, so a refused write holds no lock);
-2. **version**: conditional versions are checked, then each op gets its key's next version (an
-   equal value is a no-op: no version, no record);
-3. **provenance**: the op's :class:`Stamp` and the commit time go into the row;
-4. **store**: the batch goes to the store, which may refuse it (the rows are put back) and
-   which says what it committed (seq, versions) — a shared store decides the order;
-5. **journal**: the cursor moves on, the batch joins the journal ring and feeds the sinks, and
-   is queued for delivery if a receiver watches one of its keys;
+2. **version**: conditional versions are checked, then each op becomes a change with its key's
+   next version (an equal value is a no-op: no version, no record); nothing is written yet;
+3. **provenance**: the op's :class:`Stamp` and the commit time go into the change;
+4. **store**: the batch goes to the store, which may refuse it (nothing was written, so the
+   state is as it was) and which says what it committed (seq, versions) — a shared store
+   decides the order;
+5. **apply** (:meth:`Engine._apply`, the one place rows are written): the rows change, the
+   cursor moves on, the batch joins the journal ring, feeds the sinks and is queued for
+   delivery if a receiver watches one of its keys;
 6. **deliver**: after the lock is released, the batch is sent on ``state.changed`` to its
    receivers, in the order they connected (see :mod:`slateflow.state.delivery`).
 
@@ -27,8 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import (
     StoreCorruptError,
@@ -36,22 +37,19 @@ from ..errors import (
 )
 from ..stores.base import Store
 from ..stores.records import ChangeRow, CommitRow, Loaded
-from .actors import Actor
 from .chains import depth as chain_depth
+from .context import WriteContext
 from .delivery import Delivery
-from .journal import JournalSink, Ring
 from .keys import Key, check_key
 from .policy import Policy
 from .provenance import Stamp
 from .records import Change, RawChange
 from .recovery import follow, recover
+from .ring import Ring
 from .schema import Schemas
+from .sinks import JournalSink
 from .validation import Op, Validator
 from .values import _BIG, JSON, REMOVED, Prefix, plain, same
-from .writers import Writers
-
-if TYPE_CHECKING:
-    from .transaction import Transaction
 
 __all__ = ["Engine", "Op", "Row"]
 
@@ -75,12 +73,13 @@ def _equal(old: JSON, new: JSON) -> bool:
     return False
 
 
-class Engine(Writers):
+class Engine:
     """The commit path of one State, and what the runtime layers need from it.
 
     Thread-safe: every commit runs under :attr:`lock` (re-entrant), and delivery happens after
     it is released, from one thread at a time. Attributes the State's readers use directly:
-    :attr:`entries` (key → :data:`Row`; read-only outside the engine), :attr:`seq`.
+    :attr:`entries` (key → :data:`Row`; read-only outside the engine), :attr:`seq`;
+    :attr:`context` says who writes and into which transaction.
     """
 
     def __init__(
@@ -116,17 +115,9 @@ class Engine(Writers):
         self.check_remove = validator.check_remove
         self.check_version_arg = validator.check_version_arg
         self.stage_update = validator.stage_update
-        # Open transactions and acting_as blocks, in any context: writes look for either only
-        # while one is open (`fenced`).
-        self.tx_open = 0
-        self.acting = 0
-        self.fenced = 0
-        self._txvar: ContextVar[Transaction | None] = ContextVar(
-            f"slateflow_tx_{id(self)}", default=None
-        )
-        self._actorvar: ContextVar[Actor | None] = ContextVar(
-            f"slateflow_actor_{id(self)}", default=None
-        )
+        self.context = WriteContext(self.lock, id(self))
+        """Who writes, and into which transaction (a
+        :class:`~slateflow.state.context.WriteContext`)."""
         self.delivery = Delivery(owner, self.lock)
         self.store: Store | None = None
         self.sync = False
@@ -186,8 +177,7 @@ class Engine(Writers):
                     return row[1]
                 version = row[1] + 1
             # Read before the seq moves on, in case a user clock raises.
-            now = self.now
-            at = now()
+            at = self.now()
             seq = self.seq + 1
             if store is not None:
                 # Before anything is applied: a store that refuses the commit leaves the
@@ -211,37 +201,19 @@ class Engine(Writers):
                         ),
                     ),
                 )
-            self.seq = seq
-            entries[name] = (cleaned, version, seq, at, stamp)
             # A plain tuple: it becomes a Change only if someone reads it.
-            change: RawChange = (name, old, cleaned, version, seq, "set", False, at, stamp, policy)
-            # Ring.append, inlined; trimming every 64th commit bounds the overshoot (reads trim
-            # exactly) and spares every write a length check.
-            if self._journaling:
-                self._records.append(change)
-                if not seq & 63:
-                    self.ring.trim()
-            delivery = self.delivery
-            # Queued (or claimed) before the sinks run, so a write a sink makes is delivered
-            # after this one.
-            now_ = queued = False
-            if delivery.listening and (
-                name in delivery.subscriptions.by_key or delivery.wants(name)
-            ):
-                if delivery.claim():
-                    now_ = True
-                else:
-                    delivery.pending.append(((change,), chain_depth()))
-                    queued = True
-            failures = self._feed_sinks((change,)) if self.sinks else None
+            batch: tuple[RawChange, ...] = (
+                (name, old, cleaned, version, seq, "set", False, at, stamp, policy),
+            )
+            now, failures = self._apply(batch, True)
         finally:
             lock.release()
         if failures:
-            self._report_sink_failures(failures, (change,))
-        if now_:
-            delivery.deliver_now((change,), chain_depth())
-        elif queued:
-            delivery.deliver()
+            self._report_sink_failures(failures, batch)
+        if now:
+            self.delivery.deliver_now(batch, chain_depth())
+        elif self.delivery.pending:
+            self.delivery.deliver()
         if self.sync:
             self.store.sync(seq)  # type: ignore[union-attr]
         return version
@@ -292,7 +264,7 @@ class Engine(Writers):
                 add((*prepare(key, value, stamp), stamp))
         for key in removes:
             self.check_remove(key, stamp)
-            ops.append((key, REMOVED, stamp))
+            add((key, REMOVED, stamp))
         return self.commit(ops, origin, refresh=refresh, deliver=deliver)
 
     def _commit_trusted(
@@ -324,12 +296,11 @@ class Engine(Writers):
                     elif old is value or (old == value and _equal(old, value)):
                         continue
                     version = row[1] + 1
-                entries[key] = (value, version, seq, at, stamp)
                 add((key, old, value, version, seq, origin, False, at, stamp, policy))
             if not changes:
                 return self.seq
             batch = tuple(changes)
-            failures = self._record(batch, seq)
+            _, failures = self._apply(batch, False)
         finally:
             lock.release()
         if failures or self.sync or (deliver and self.delivery.pending):
@@ -348,14 +319,16 @@ class Engine(Writers):
     ) -> int:
         """Apply validated ``ops`` as one batch: one seq, one journal batch, one signal.
 
-        Every check that depends on the current state happens before the first change, so a
+        Every check that depends on the current state happens before anything is written, so a
         failure leaves everything as it was. Returns the commit's seq (the current cursor when
         nothing changed).
         """
         entries = self.entries
         policy = self.policy
         store = self.store
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             if store is not None and store.error is not None:
                 raise store.error
             if expected or reads:
@@ -366,22 +339,25 @@ class Engine(Writers):
                 if created:
                     policy.check_count(next(iter(created)), len(entries) + len(created) - len(gone))
             seq = self.seq + 1
-            now = self.now
-            at = now()
+            at = self.now()
             changes: list[RawChange] = []
             add = changes.append
-            # The rows this batch replaces, to put back if the store refuses it.
-            undo: list[tuple[str, Row | None]] | None = [] if store is not None else None
+            # The rows this batch has already changed (a key written twice sees its first write).
+            touched: dict[str, tuple[JSON, int] | None] = {}
             for key, value, stamp in ops:
-                row = entries.get(key)
-                if value is REMOVED:
-                    if row is None:
-                        continue
-                    old, value, version = row[0], None, 0
-                elif row is None:
-                    old, version = None, 1
+                if key in touched:
+                    seen = touched[key]
+                    old, have = (None, 0) if seen is None else seen
                 else:
-                    old = row[0]
+                    row = entries.get(key)
+                    old, have = (None, 0) if row is None else (row[0], row[1])
+                if value is REMOVED:
+                    if not have:
+                        continue
+                    touched[key] = None
+                    add((key, old, None, 0, seq, origin, True, at, stamp, policy))
+                    continue
+                if have:
                     # The common case, a new value, costs one `==` (a Prefix, only a length).
                     if type(value) is Prefix:
                         unchanged = type(old) is Prefix and old.n == value.n and _equal(old, value)
@@ -389,31 +365,23 @@ class Engine(Writers):
                         unchanged = old is value or (old == value and _equal(old, value))
                     if unchanged and key not in refresh:
                         continue
-                    version = row[1] + 1
-                if undo is not None:
-                    undo.append((key, row))
-                if version:
-                    entries[key] = (value, version, seq, at, stamp)
-                else:
-                    del entries[key]
-                add((key, old, value, version, seq, origin, not version, at, stamp, policy))
+                touched[key] = (value, have + 1)
+                add((key, old, value, have + 1, seq, origin, False, at, stamp, policy))
             if not changes:
                 return self.seq
-            if undo is not None:
+            if store is not None:
                 rows: list[ChangeRow] = [
                     (c[0], plain(c[2]), c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
                     for c in changes
                 ]
-                try:
-                    got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))  # type: ignore[arg-type]
-                except BaseException:
-                    self._undo(undo)
-                    raise
+                got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))
                 if got_seq != seq or any(v != c[3] for v, c in zip(versions, changes, strict=True)):
-                    changes = self._renumber(changes, got_seq, versions)
+                    changes = _renumber(changes, got_seq, versions)
                     seq = got_seq
             batch = tuple(changes)
-            failures = self._record(batch, seq)
+            _, failures = self._apply(batch, False)
+        finally:
+            lock.release()
         if failures or self.sync or (deliver and self.delivery.pending):
             return self._after(batch, seq, deliver, failures)
         return seq
@@ -421,10 +389,10 @@ class Engine(Writers):
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).
 
-        For a replica of a shared store: the commit goes through the same journal, sinks and
-        delivery as a local one, but it is neither validated (its maker did that) nor handed to
-        the store (it came from there). Raises :class:`StoreCorruptError` if its seq or a version
-        does not follow what this engine holds. Returns the commit's seq.
+        For a replica of a shared store: the commit goes through the same rows, journal, sinks
+        and delivery as a local one, but it is neither validated (its maker did that) nor
+        handed to the store (it came from there). Raises :class:`StoreCorruptError` if its seq
+        or a version does not follow what this engine holds. Returns the commit's seq.
         """
         seq, at, origin, rows = commit
         with self.lock:
@@ -432,26 +400,24 @@ class Engine(Writers):
                 raise StoreCorruptError(
                     f"commit {seq} does not follow seq {self.seq}; fetch the commits in between"
                 )
+            entries = dict(self.entries) if len({r[0] for r in rows}) < len(rows) else None
+            view = self.entries if entries is None else entries
             changes: list[RawChange] = []
-            undo: list[tuple[str, Row | None]] = []
-            try:
-                for key, value, version, source, writer, conf, meta in rows:
-                    row = follow(self.entries, key, version, seq)
-                    stamp = Stamp(source, writer, conf, meta)
-                    undo.append((key, row))
+            for key, value, version, source, writer, conf, meta in rows:
+                row = follow(view, key, version, seq)
+                stamp = Stamp(source, writer, conf, meta)
+                old = None if row is None else row[0]
+                if entries is not None:  # a key twice in one commit: the second sees the first
                     if version:
-                        self.entries[key] = (value, version, seq, at, stamp)
+                        entries[key] = (value, version, seq, at, stamp)
                     else:
-                        del self.entries[key]
-                    old = None if row is None else row[0]
-                    changes.append(
-                        (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
-                    )
-            except BaseException:
-                self._undo(undo)
-                raise
-            failures = self._record(tuple(changes), seq)
-        return self._after(tuple(changes), seq, True, failures)
+                        del entries[key]
+                changes.append(
+                    (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
+                )
+            batch = tuple(changes)
+            _, failures = self._apply(batch, False)
+        return self._after(batch, seq, True, failures)
 
     def _check_versions(
         self, expected: Mapping[str, int] | None, reads: Mapping[str, int] | None
@@ -486,46 +452,41 @@ class Engine(Writers):
         done = decide(commit)
         return done[0], tuple(c[2] for c in done[3])
 
-    def _renumber(
-        self, changes: list[RawChange], seq: int, versions: tuple[int, ...]
-    ) -> list[RawChange]:
-        """Rewrite a batch to the seq and versions its store committed it at."""
-        out: list[RawChange] = []
-        for c, version in zip(changes, versions, strict=True):
-            key, old, value, _, _, origin, removed, at, stamp, policy = c
-            if not removed:
-                self.entries[key] = (value, version, seq, at, stamp)
-            out.append((key, old, value, version, seq, origin, removed, at, stamp, policy))
-        return out
-
-    def _undo(self, undo: list[tuple[str, Row | None]]) -> None:
-        for key, row in reversed(undo):
-            if row is None:
-                self.entries.pop(key, None)
+    def _apply(
+        self, batch: tuple[RawChange, ...], claim: bool
+    ) -> tuple[bool, list[tuple[object, Exception]] | None]:
+        """Under the lock, the one place rows are written: the batch's rows change, the cursor
+        moves to its seq, it joins the journal ring, is queued for delivery if a receiver
+        watches one of its keys, and feeds the sinks (their failures are reported after the
+        lock is released). With ``claim``, a batch nobody else is delivering is claimed for
+        the caller to deliver at once (``deliver_now``) instead of queued: returns whether it
+        was, and the sink failures."""
+        entries = self.entries
+        for c in batch:
+            if c[6]:
+                del entries[c[0]]
             else:
-                self.entries[key] = row
-
-    def _record(
-        self, batch: tuple[RawChange, ...], seq: int
-    ) -> list[tuple[object, Exception]] | None:
-        """Under the lock: move the cursor, journal the batch, queue it for delivery, feed the
-        sinks (their failures are reported after the lock is released)."""
-        self.seq = seq
+                entries[c[0]] = (c[2], c[3], c[4], c[7], c[8])
+        self.seq = batch[0][4]
         if self._journaling:
             records = self._records
             records.extend(batch)
             if len(records) > self.ring.limit:
                 self.ring.trim()
         delivery = self.delivery
+        now = False
         if delivery.listening:
             subs = delivery.subscriptions
             by_key = subs.by_key
             patterned = subs.by_pattern
             for c in batch:
                 if subs.everything or c[0] in by_key or (patterned and subs.watched(c[0])):
-                    delivery.pending.append((batch, chain_depth()))
+                    if claim and delivery.claim():
+                        now = True
+                    else:
+                        delivery.pending.append((batch, chain_depth()))
                     break
-        return self._feed_sinks(batch) if self.sinks else None
+        return now, (self._feed_sinks(batch) if self.sinks else None)
 
     def _after(
         self,
@@ -598,3 +559,19 @@ class Engine(Writers):
     def recover(self, loaded: Loaded) -> None:
         """Rebuild entries, seq and the journal ring from a store's contents (at construction)."""
         recover(self, loaded)
+
+    def load(self, rows: Mapping[str, Row], seq: int) -> None:
+        """Start from ``rows`` at ``seq`` with an empty journal (a restored snapshot, at
+        construction: nothing is journaled, stored or delivered)."""
+        with self.lock:
+            self.entries.update(rows)
+            self.seq = seq
+            self.ring.clear(seq)
+
+
+def _renumber(changes: list[RawChange], seq: int, versions: tuple[int, ...]) -> list[RawChange]:
+    """A batch rewritten to the seq and versions its store committed it at."""
+    return [
+        (c[0], c[1], c[2], version, seq, c[5], c[6], c[7], c[8], c[9])
+        for c, version in zip(changes, versions, strict=True)
+    ]

@@ -1,138 +1,101 @@
-"""The journal: a bounded ring of recent changes, and sinks that receive every committed batch."""
+"""A State's journal as one object: ``state.journal``.
+
+The commits after a cursor (``since``), the sinks fed every committed batch, the State as it
+was right after a commit (``at``, with a store that keeps history) and compaction of that
+history. ``cursor`` is the seq of the last commit.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-from collections import deque
-from collections.abc import Sequence
-from pathlib import Path
-from typing import IO, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ..errors import CursorExpiredError
-from .records import Change, RawChange
+from ..errors import HistoryError
+from ..stores.records import EntryRow, Loaded
+from .records import Change
+from .sinks import JournalSink
 
-__all__ = ["JournalSink", "JsonlSink", "MemorySink"]
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .state import State
 
-
-@runtime_checkable
-class JournalSink(Protocol):
-    """Receives every committed batch of changes, in commit order.
-
-    ``record`` is called synchronously inside the commit, so keep it quick. An exception is logged
-    and reported on ``state.receiver_failed``; it never fails the write.
-    """
-
-    def record(self, changes: Sequence[Change]) -> None: ...
+__all__ = ["Journal"]
 
 
-class MemorySink:
-    """A sink keeping every change in a list (``.changes``); handy in tests and audits."""
+class Journal:
+    """The journal of one State (see the module docstring); ``state.journal`` is it."""
 
-    def __init__(self) -> None:
-        self.changes: list[Change] = []
+    __slots__ = ("_engine", "_past")
 
-    def record(self, changes: Sequence[Change]) -> None:
-        self.changes.extend(changes)
+    def __init__(self, engine: Engine, past: Callable[[Loaded], State]) -> None:
+        self._engine = engine
+        self._past = past  # makes a detached State from a store's contents (``at``)
 
+    @property
+    def cursor(self) -> int:
+        """The seq of the last committed batch (0 for a new state)."""
+        return self._engine.seq
 
-class JsonlSink:
-    """A sink appending one JSON object per change to a file (JSON lines).
+    def since(self, cursor: int) -> list[Change]:
+        """Every change committed after ``cursor``, oldest first.
 
-    Secret values are masked unless ``redact=False``. ``fsync=True`` makes each batch durable
-    before the write returns (slow; the SQLite store is the durable path). Close it when done,
-    or use it as a context manager.
-    """
+        Raises :class:`~slateflow.errors.CursorExpiredError` when the journal ring no longer
+        holds all of them (raise ``journal_size`` or attach a sink).
+        """
+        engine = self._engine
+        with engine.lock:
+            return engine.ring.since(cursor, engine.seq)
 
-    def __init__(self, path: str | os.PathLike[str], *, redact: bool = True, fsync: bool = False):
-        self.path = Path(path)
-        self.redact = redact
-        self.fsync = fsync
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
-        self._lock = threading.Lock()
+    def add_sink(self, sink: JournalSink) -> None:
+        """Feed every later committed batch to ``sink`` as well."""
+        self._engine.add_sink(sink)
 
-    def record(self, changes: Sequence[Change]) -> None:
-        lines = "".join(
-            json.dumps(m.to_dict(redact=self.redact), ensure_ascii=False) + "\n" for m in changes
-        )
-        with self._lock:
-            if self._file is None:
-                raise ValueError(f"journal file {self.path} is closed")
-            self._file.write(lines)
-            self._file.flush()
-            if self.fsync:
-                os.fsync(self._file.fileno())
+    def remove_sink(self, sink: JournalSink) -> None:
+        """Stop feeding ``sink``."""
+        self._engine.remove_sink(sink)
 
-    def close(self) -> None:
-        """Flush and close the file; later batches raise (and are reported, not fatal)."""
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+    def at(self, seq: int) -> State:
+        """The state as it was right after commit ``seq``: a detached, in-memory copy.
 
-    def __enter__(self) -> JsonlSink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Ring:
-    """The in-memory journal: the last ``size`` changes, with a cursor over commits.
-
-    Appends are amortised: the deque may hold up to ``size + 64`` records between trims
-    (``append`` trims past ``limit``; the state's single-write path trims every 64th commit)
-    and is trimmed back to ``size`` in one go, and before every read, so readers see exactly
-    ``size``. With ``size == 0`` nothing is ever kept.
-    """
-
-    __slots__ = ("dropped_seq", "limit", "records", "size")
-
-    def __init__(self, size: int) -> None:
-        if type(size) is not int or size < 0:
-            raise ValueError(f"journal_size must be a non-negative int, got {size!r}")
-        self.size = size
-        self.limit = size + min(max(size // 8, 16), 64) if size else 0
-        self.records: deque[RawChange] = deque()
-        self.dropped_seq = 0
-
-    def append(self, batch: Sequence[RawChange]) -> None:
-        if not self.size:
-            return
-        self.records.extend(batch)
-        if len(self.records) > self.limit:
-            self.trim()
-
-    def trim(self) -> None:
-        """Drop all but the newest ``size`` records, remembering the newest seq dropped."""
-        records = self.records
-        excess = len(records) - self.size
-        if excess <= 0:
-            return
-        for _ in range(excess - 1):
-            records.popleft()
-        self.dropped_seq = records.popleft()[4]
-
-    def since(self, cursor: int, head: int) -> list[Change]:
-        """Every record after ``cursor``; ``head`` is the state's newest seq."""
-        self.trim()
-        if not self.size and cursor < head:
-            self.dropped_seq = head
-        if cursor < self.dropped_seq:
-            raise CursorExpiredError(
-                f"journal cursor {cursor} has expired: changes up to seq {self.dropped_seq} "
-                f"left the {self.size}-record ring; read more often, raise journal_size, or "
-                "attach a journal sink"
+        Needs a store with history (``MemoryStore`` or a durable one). Raises
+        :class:`~slateflow.errors.HistoryError` for a seq after the newest commit, before the
+        last compaction, or on a state without a store. ``at(cursor)`` equals now.
+        """
+        engine = self._engine
+        store = engine.store
+        if type(seq) is not int or seq < 0:
+            raise HistoryError(f"at() needs a commit seq (an int >= 0), got {seq!r}")
+        if store is None:
+            raise HistoryError(
+                f"cannot go back to seq {seq}: this state keeps no history; create it with "
+                "State(store=MemoryStore()) or State.open(path)"
             )
-        records = self.records
-        # Walk back from the newest record: readers usually ask for the last few commits.
-        i = len(records)
-        while i and records[i - 1][4] > cursor:
-            i -= 1
-        wrap = Change.wrap
-        return [wrap(records[j]) for j in range(i, len(records))]
+        head = engine.seq
+        if seq > head:
+            raise HistoryError(f"seq {seq} is after the newest commit ({head})")
+        store.sync(seq)
+        loaded = store.read(upto=seq)
+        if seq < loaded.base_seq:
+            raise HistoryError(
+                f"seq {seq} is before the last compaction (seq {loaded.base_seq}); history "
+                "before it was dropped"
+            )
+        return self._past(loaded)
 
-    def clear(self, seq: int) -> None:
-        self.records.clear()
-        self.dropped_seq = seq
+    def compact(self) -> int:
+        """Replace the store's history by the current entries; returns the seq compacted to.
+
+        Recovery then starts from this point (faster, smaller file), and ``at(seq)`` can no
+        longer reach earlier commits. Without a store there is nothing to compact.
+        """
+        engine = self._engine
+        store = engine.store
+        with engine.lock:
+            seq = engine.seq
+            rows: list[EntryRow] = [
+                (key, value, version, row_seq, at, st.source, st.writer, st.confidence, st.meta)
+                for key, (value, version, row_seq, at, st) in engine.entries.items()
+            ]
+        if store is not None:
+            store.compact(seq, rows)
+        return seq

@@ -5,14 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..errors import StateValueError
 from .values import clean, copy_json
 
-__all__ = ["Provenance", "Stamp", "dt_to_ns", "ns_to_dt"]
+if TYPE_CHECKING:
+    from .keys import Key
+    from .state import State
+
+__all__ = ["Provenance", "Stamp", "dt_to_ns", "ns_to_dt", "source_of"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -126,3 +130,12 @@ class Stamp:
         """The stamp part of a :class:`Provenance` (used when restoring snapshots)."""
         meta = copy_json(provenance.meta) if provenance.meta else None
         return cls(provenance.source, provenance.writer, provenance.confidence, meta)
+
+
+def source_of(state: State, key: str | Key[Any]) -> str | None:
+    """The provenance source (``"agent"``, ``"fetch"``, ``"user"``, ...) of ``key``'s value.
+
+    None when the key is not set. The full record is ``state.provenance(key)``.
+    """
+    record = state.provenance(key)
+    return None if record is None else record.source

@@ -1,27 +1,27 @@
-"""Scoped views: ``state.user``, ``state.turn``, ... read and write one key prefix."""
+"""Scoped views: ``ScopedView(state, "user")`` reads and writes the keys under one prefix."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReadOnlyError
 from .records import Entry
 from .values import MISSING as _MISSING
 
 if TYPE_CHECKING:
-    from .store import State
+    from .state import State
 
-__all__ = ["SCOPES", "ReadOnlyView", "ScopedView", "Scopes", "end_turn"]
+__all__ = ["SCOPES", "ReadOnlyView", "ScopedView"]
 
 SCOPES = ("app", "user", "session", "temp", "turn", "bg", "derived")
-"""The built-in scope prefixes (``turn:`` and ``temp:`` are cleared by ``end_turn(state)``)."""
+"""The built-in scope prefixes (a conversation clears ``turn:`` and ``temp:`` after each turn)."""
 
 
 class ScopedView:
-    """The keys under one prefix, named without it: ``state.user.set("name", "Ada")`` writes
-    ``user:name``. Writes keep all of the state's validation, governance and signals."""
+    """The keys under one prefix, named without it: ``ScopedView(state, "user").set("name",
+    "Ada")`` writes ``user:name``. Writes keep all of the state's validation, governance and
+    signals."""
 
     __slots__ = ("_state", "prefix")
 
@@ -36,15 +36,13 @@ class ScopedView:
         """The value of ``<scope>:key`` (a private copy), or ``default``."""
         return self._state.get(self.prefix + key, default)
 
-    def require(self, key: str) -> Any:
-        """The value of ``<scope>:key``; raises ``MissingKeyError`` if absent."""
-        return self._state.require(self.prefix + key)
+    def __getitem__(self, key: str) -> Any:
+        """``view[key]``: the value of ``<scope>:key``; raises ``MissingKeyError`` if absent."""
+        return self._state[self.prefix + key]
 
-    def contains(self, key: str) -> bool:
-        """Whether ``<scope>:key`` exists."""
-        return self._state.contains(self.prefix + key)
-
-    __contains__ = contains
+    def __contains__(self, key: str) -> bool:
+        """``key in view``: whether ``<scope>:key`` exists."""
+        return self.prefix + key in self._state
 
     def entry(self, key: str) -> Entry | None:
         """The entry of ``<scope>:key``, or None."""
@@ -97,7 +95,8 @@ class ScopedView:
 
 
 class ReadOnlyView(ScopedView):
-    """A scope that can be read but not written through the view (``state.derived``).
+    """A scope that can be read but not written through the view (``ReadOnlyView(state,
+    "derived")``).
 
     Derived values are written by the library's own computations with ``state.set`` on the full
     key; the view protects them from accidental writes by application code.
@@ -137,49 +136,3 @@ class ReadOnlyView(ScopedView):
     def clear(self, **kwargs: Any) -> int:
         """Refused: raises :class:`~slateflow.errors.ReadOnlyError`."""
         return self._refuse()  # type: ignore[no-any-return]
-
-
-class Scopes:
-    """The State's scoped views (a part of the :class:`~slateflow.state.State` façade)."""
-
-    @cached_property
-    def app(self) -> ScopedView:
-        """Keys under ``app:`` (application-wide configuration and facts)."""
-        return ScopedView(cast("State", self), "app")
-
-    @cached_property
-    def user(self) -> ScopedView:
-        """Keys under ``user:`` (what is known about the person)."""
-        return ScopedView(cast("State", self), "user")
-
-    @cached_property
-    def session(self) -> ScopedView:
-        """Keys under ``session:`` (this conversation)."""
-        return ScopedView(cast("State", self), "session")
-
-    @cached_property
-    def temp(self) -> ScopedView:
-        """Keys under ``temp:`` (scratch; cleared by :meth:`end_turn`)."""
-        return ScopedView(cast("State", self), "temp")
-
-    @cached_property
-    def turn(self) -> ScopedView:
-        """Keys under ``turn:`` (this turn only; cleared by :meth:`end_turn`)."""
-        return ScopedView(cast("State", self), "turn")
-
-    @cached_property
-    def bg(self) -> ScopedView:
-        """Keys under ``bg:`` (background work bookkeeping)."""
-        return ScopedView(cast("State", self), "bg")
-
-    @cached_property
-    def derived(self) -> ReadOnlyView:
-        """Keys under ``derived:``, read-only through this view (writing raises ReadOnlyError):
-        values :meth:`derive` computes."""
-        return ReadOnlyView(cast("State", self), "derived")
-
-
-def end_turn(state: State) -> int:
-    """Clear the ``turn:`` and ``temp:`` scopes of ``state`` in one batch (journal origin
-    ``"end_turn"``); returns how many keys. A ``Call`` does this at the end of every turn."""
-    return state._remove_where(("turn:", "temp:"), "system", None, "end_turn")

@@ -1,17 +1,21 @@
-"""Snapshots: the whole state as JSON-ready data, and back."""
+"""Snapshots: the whole state as JSON-ready data, and back; and the State's other renderings of
+its rows (a listing for people, a typed read, a missing key's answer)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import SnapshotError
-from .keys import META_PREFIX, check_key
+from ..errors import SchemaError, SnapshotError
+from .keys import META_PREFIX, Key, check_key
 from .provenance import Provenance, Stamp, dt_to_ns
 from .records import SECRET_MASK
+from .schema import explain
 from .values import JSON, clean, copy_json
 
-__all__ = ["SNAPSHOT_FORMAT", "build", "parse"]
+__all__ = ["SNAPSHOT_FORMAT", "build", "describe", "missing", "parse", "typed"]
+
+T = TypeVar("T")
 
 SNAPSHOT_FORMAT = "slateflow.snapshot/1"
 
@@ -70,3 +74,46 @@ def parse(snapshot: Mapping[str, Any]) -> tuple[int, dict[str, Row]]:
             raise SnapshotError(f"snapshot entry {key!r} is invalid: {exc}") from None
         rows[key] = (value, version, row_seq, dt_to_ns(prov.at), Stamp.of(prov))
     return seq, rows
+
+
+def describe(
+    rows: list[tuple[str, Row]], is_secret: Callable[[str], bool], provenance: bool
+) -> str:
+    """``rows`` listed for people, one key per line, secrets masked (``State.describe``)."""
+    lines = []
+    for key, row in rows:
+        line = f"{key} = {SECRET_MASK if is_secret(key) else repr(row[0])}"
+        if provenance:
+            stamp = row[4]
+            who = stamp.source + (f"/{stamp.writer}" if stamp.writer else "")
+            conf = "" if stamp.confidence is None else f", confidence {stamp.confidence:g}"
+            line += f"  (v{row[1]}, {who}{conf})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def typed(key: Key[T], raw: JSON, secret: bool) -> T:
+    """A stored value read through a typed :class:`Key` (SchemaError when it does not fit)."""
+    try:
+        return key.adapter.validate_python(copy_json(raw))
+    except Exception as exc:
+        raise SchemaError(
+            f"stored value of {key.name!r} does not match {key!r}; declare the key "
+            f"(state.declare({key.name!r}, ...)) so writes are checked:\n" + explain(exc, secret)
+        ) from None
+
+
+def missing(
+    entries: Mapping[str, Row], key: object, default: Any, is_secret: Callable[[str], bool]
+) -> Any:
+    """What ``get(key, default)`` answers when ``key`` is not a stored string key: a typed
+    Key's value, ``state_meta:<key>``'s provenance, or ``default`` (a bad key raises)."""
+    if isinstance(key, Key):
+        row = entries.get(key.name)
+        return default if row is None else typed(key, row[0], is_secret(key.name))
+    if type(key) is str and key.startswith(META_PREFIX):
+        row = entries.get(key[len(META_PREFIX) :])
+        if row is not None:
+            return row[4].provenance(row[3]).as_meta()
+    check_key(key)
+    return default

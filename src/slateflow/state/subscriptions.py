@@ -10,7 +10,7 @@ from typing import Any
 from .keys import Pattern, check_key, compile_pattern
 from .records import Change
 
-__all__ = ["Callback", "Subscription", "SubscriptionIndex"]
+__all__ = ["Callback", "Subscription", "SubscriptionIndex", "on_transition"]
 
 Callback = Callable[[tuple[Change, ...]], Any]
 """A subscriber: called once per committed batch with the changes it watches, in commit order."""
@@ -57,6 +57,27 @@ class Subscription:
         what = sorted(self.keys) + [p.text for p in self.patterns] or ["*"]
         name = getattr(self.callback, "__qualname__", repr(self.callback))
         return f"<Subscription #{self.id} {name} on {', '.join(what)}>"
+
+
+def on_transition(
+    key: str, when: Callable[[Any, Any], bool], action: Callable[[Change], Any]
+) -> Callback:
+    """A subscription callback running ``action(change)`` for each change of ``key`` that
+    satisfies ``when(old, new)`` (``state.watch``); named after them in failure reports."""
+    if not callable(when) or not callable(action):
+        raise TypeError(
+            f"watch({key!r}, when, action) needs two callables: a predicate over "
+            "(old, new) such as when.changed_to('done'), and an action taking the Change"
+        )
+
+    def on_change(changes: tuple[Change, ...]) -> None:
+        for change in changes:
+            if when(change.old, change.new):
+                action(change)
+
+    action_name = getattr(action, "__qualname__", repr(action))
+    on_change.__qualname__ = f"watch({key!r}, {when!r}, {action_name})"
+    return on_change
 
 
 def _id(sub: Subscription) -> int:

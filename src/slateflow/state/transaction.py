@@ -18,7 +18,7 @@ from .provenance import Stamp
 from .values import JSON, MISSING, REMOVED, clean, copy_json
 
 if TYPE_CHECKING:
-    from .store import State
+    from .state import State
 
 __all__ = ["Transaction"]
 
@@ -55,12 +55,12 @@ class Transaction:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Transaction:
-        self._token = self._state.engine.enter_tx(self)
+        self._token = self._state.engine.context.enter_tx(self)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self._token is not None:
-            self._state.engine.exit_tx(self._token)
+            self._state.engine.context.exit_tx(self._token)
             self._token = None
         if exc_type is not None:
             if self.status == "open":
@@ -96,7 +96,7 @@ class Transaction:
             parent._writes.update(self._writes)
             parent._expected.update(self._expected)
             self.status = "committed"
-            return self._state.cursor
+            return self._state.journal.cursor
         ops = [(key, value, stamp) for key, (value, stamp) in self._writes.items()]
         try:
             seq = self._state.engine.commit(
@@ -147,15 +147,15 @@ class Transaction:
             return self._state._typed(key, value)
         return copy_json(value)
 
-    def require(self, key: str | Key[Any]) -> Any:
-        """Like :meth:`State.require`, seeing buffered writes."""
+    def __getitem__(self, key: str | Key[Any]) -> Any:
+        """``tx[key]``: like ``state[key]``, seeing buffered writes."""
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise MissingKeyError(f"required key {key_name(key)!r} is not set")
         return value
 
-    def contains(self, key: str | Key[Any]) -> bool:
-        """Whether ``key`` exists as this transaction sees it."""
+    def __contains__(self, key: str | Key[Any]) -> bool:
+        """``key in tx``: whether ``key`` exists as this transaction sees it."""
         return self._read(key_name(key)) is not _MISSING
 
     def keys(self, prefix: str = "") -> list[str]:
@@ -211,8 +211,8 @@ class Transaction:
     ) -> int:
         """Buffer a write; returns the version the key will have once committed."""
         self._check_open()
-        if self._state.engine.acting:
-            source, writer = self._state.engine.admit([key], source, writer)
+        if self._state.engine.context.acting:
+            source, writer = self._state.engine.context.admit([key], source, writer)
         stamp = self._state.engine.stamp(key, source, writer, confidence, meta)
         name, cleaned = self._state.engine.prepare(key, value, stamp)
         if expected_version is not None:
@@ -238,8 +238,9 @@ class Transaction:
         """
         self._check_open()
         state = self._state
-        if state.engine.acting:
-            source, writer = state.engine.admit([*mapping, *_key_list(remove)], source, writer)
+        if state.engine.context.acting:
+            keys = [*mapping, *_key_list(remove)]
+            source, writer = state.engine.context.admit(keys, source, writer)
         stamp = state.engine.stamp(next(iter(mapping), "update"), source, writer, confidence, meta)
         ops, expected = state.engine.stage_update(mapping, stamp, remove, expected_versions)
         for name, version in expected.items():
@@ -249,7 +250,7 @@ class Transaction:
             if cleaned is REMOVED and self._read(name) is _MISSING:
                 continue
             self._writes[name] = (cleaned, op_stamp)
-        return self._state.cursor
+        return self._state.journal.cursor
 
     def remove(
         self,
@@ -261,8 +262,8 @@ class Transaction:
     ) -> Any:
         """Buffer a removal; returns the value removed (or ``default`` if absent)."""
         self._check_open()
-        if self._state.engine.acting:
-            source, writer = self._state.engine.admit([key], source, writer)
+        if self._state.engine.context.acting:
+            source, writer = self._state.engine.context.admit([key], source, writer)
         name = key_name(key)
         stamp = self._state.engine.stamp(key, source, writer, None, None)
         self._state.engine.check_remove(name, stamp)
@@ -305,8 +306,8 @@ class Transaction:
     ) -> int:
         """Buffer a rename (see :meth:`State.rename`); returns ``new``'s version-to-be."""
         self._check_open()
-        if self._state.engine.acting:
-            source, writer = self._state.engine.admit([old, new], source, writer)
+        if self._state.engine.context.acting:
+            source, writer = self._state.engine.context.admit([old, new], source, writer)
         stamp = self._state.engine.stamp(old, source, writer, None, None)
         self._state.engine.check_remove(old, stamp)
         value, kept = self._read_row(old)

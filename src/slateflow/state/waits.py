@@ -16,7 +16,7 @@ from .keys import Key, key_name
 from .values import MISSING
 
 if TYPE_CHECKING:
-    from .store import State
+    from .state import State
 
 __all__ = ["wait_for", "wait_until"]
 

@@ -23,7 +23,7 @@ _UNSET = UNSET
 
 def recent_journal(state: State, count: int = 15) -> str:
     """The last ``count`` committed changes, one per line (secret values masked)."""
-    start = max(state.cursor - count, 0)
+    start = max(state.journal.cursor - count, 0)
     try:
         changes = state.journal.since(start)
     except CursorExpiredError:
@@ -32,7 +32,7 @@ def recent_journal(state: State, count: int = 15) -> str:
             changes = state.journal.since(state.engine.ring.dropped_seq)
         except CursorExpiredError:
             return "(the journal no longer holds the recent changes)"
-    if not changes and state.cursor:
+    if not changes and state.journal.cursor:
         return "(the journal no longer holds the recent changes)"
     lines = []
     for change in changes[-count:]:
@@ -75,7 +75,7 @@ def assert_resolved(
     """Assert that resolver ``name`` has a result (equal to ``value``, when given); a failure
     shows ``runner``'s explanation too, when given."""
     result_key = f"{name}:result"
-    if not state.contains(result_key):
+    if result_key not in state:
         status = state.get(f"{name}:status")
         error = state.get(f"{name}:error")
         detail = f"status {status!r}" + (f", error {error!r}" if error is not None else "")

@@ -137,7 +137,7 @@ class Fake:
 
     def _record(self, state: State) -> None:
         versions = state.engine.versions()  # one consistent view, even while others write
-        self.calls.append(FakeCall(len(self.calls) + 1, state.cursor, versions))
+        self.calls.append(FakeCall(len(self.calls) + 1, state.journal.cursor, versions))
 
     async def __call__(self, state: State) -> Any:
         self._record(state)

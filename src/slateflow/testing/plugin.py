@@ -2,8 +2,8 @@
 
 Fixtures: ``slate_state`` (a fresh State), ``slate_clock`` (a ManualClock), ``scripted_llm`` (an
 empty ScriptedLLM; ``scripted_llm.add(...)`` the replies), ``slate_session`` (an open Session
-over ``slate_state`` on ``slate_clock``: async), ``slate_call`` (the session's ``Call``, what a
-voice adapter talks to), ``conversation`` (a ConversationScript over it).
+over ``slate_state`` on ``slate_clock``: async), ``slate_conversation`` (a Conversation over
+it, what a voice adapter talks to), ``slate_script`` (a ConversationScript over that).
 
 ``slate_session`` works under anyio's pytest plugin (``@pytest.mark.anyio``, asyncio and trio)
 and under pytest-asyncio in strict mode (``@pytest.mark.asyncio``) and auto mode.
@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 
-from ..conversation import Call
+from ..conversation import Conversation
 from ..resolve import ManualClock, Session
 from ..state import State
 from .script import ConversationScript
 from .scripted_llm import ScriptedLLM
 
 __all__ = [
-    "conversation",
     "scripted_llm",
-    "slate_call",
     "slate_clock",
+    "slate_conversation",
+    "slate_script",
     "slate_session",
     "slate_state",
 ]
@@ -71,15 +71,16 @@ async def slate_session(
 
 
 @pytest.fixture
-def slate_call(slate_session: Session) -> Call:
-    """The Call over ``slate_session`` (its conversation: turns, tools, inbox, interruptions)."""
-    return Call.of(slate_session)
+def slate_conversation(slate_session: Session) -> Conversation:
+    """A Conversation over ``slate_session``: turns, flows, tools, the inbox, interruptions."""
+    return Conversation(slate_session)
 
 
 @pytest.fixture
-def conversation(slate_session: Session) -> ConversationScript:
-    """A ConversationScript over ``slate_session`` (register fakes with ``conversation.use``)."""
-    return ConversationScript(slate_session)
+def slate_script(slate_conversation: Conversation) -> ConversationScript:
+    """A ConversationScript over ``slate_conversation`` (register fakes with
+    ``slate_script.use``)."""
+    return ConversationScript(slate_conversation)
 
 
 # What @pytest_asyncio.fixture sets: pytest-asyncio in strict mode runs the fixture (and does not

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..conversation import Call
+from ..conversation import Conversation, TurnContext
 from ..errors import FakeScriptError
 from ..flow import Enforcement, Flow, FlowRunner, FlowStack, StackRunner, Verdict
-from ..resolve import ManualClock, Session, TurnContext
+from ..resolve import ManualClock
 from ..resolve.clock import settle
 from ..state import Key
 from .asserts import UNSET, assert_resolved, assert_step, shown, why
@@ -31,8 +31,8 @@ class ConversationScript:
 
     ``fakes`` maps resolver names to their :class:`Fake` sources, so ``resolve("availability",
     {...})`` answers the held call of that resolver. ``user(text)`` is a whole turn through
-    ``call.user_turn``: the words (redacted as the session redacts them) also go to
-    ``transcript_key`` (source ``"user"``), the session's extractors run, the flows advance,
+    ``conversation.user_turn``: the words (redacted as the conversation redacts them) also go
+    to ``transcript_key`` (source ``"user"``), its extractors run, the flows advance,
     ``turn:`` keys are cleared, and the :class:`TurnContext` is kept in ``context``
     (``expect_told`` checks it). ``start`` takes a ``Flow`` or a ``FlowStack``; ``runner`` is
     the flow speaking now (a digression's while it has the floor).
@@ -40,13 +40,19 @@ class ConversationScript:
 
     def __init__(
         self,
-        session: Session,
+        conversation: Conversation,
         *,
         fakes: Mapping[str, Fake] | None = None,
         transcript_key: str = "turn:transcript",
     ) -> None:
-        self.session = session
-        self.state = session.state
+        if not isinstance(conversation, Conversation):
+            raise TypeError(
+                f"ConversationScript takes a Conversation (Conversation(session)), got "
+                f"{type(conversation).__name__}"
+            )
+        self.conversation = conversation
+        self.session = conversation.session
+        self.state = conversation.state
         self.fakes: dict[str, Fake] = dict(fakes or {})
         self.transcript_key = transcript_key
         self.transcript: list[str] = []
@@ -99,12 +105,8 @@ class ConversationScript:
     async def start(
         self, flow: Flow | FlowStack, *, enforcement: Enforcement | str = Enforcement.ENFORCE
     ) -> Any:
-        """Start ``flow`` (or a ``FlowStack``) in the session; returns its runner."""
-        started: FlowRunner | StackRunner
-        if isinstance(flow, FlowStack):
-            started = self.session.run_flow(flow, enforcement=enforcement)
-        else:
-            started = self.session.run_flow(flow, enforcement=enforcement)
+        """Start ``flow`` (or a ``FlowStack``) in the conversation; returns its runner."""
+        started = self.conversation.run_flow(flow, enforcement=enforcement)
         self._started = started
         await self.settle()
         return started
@@ -112,11 +114,11 @@ class ConversationScript:
     async def user(self, text: str) -> TurnContext:
         """The caller says ``text``: one whole turn (see the class docs); returns the context."""
         self.transcript.append(text)
-        redact = Call.of(self.session).redact
+        redact = self.conversation.redact
         heard = redact(text) if redact is not None else text
         self.state.set(self.transcript_key, heard, source="user", writer="caller")
         await self.settle()
-        context = await Call.of(self.session).user_turn(text)
+        context = await self.conversation.user_turn(text)
         self.contexts.append(context)
         await self.settle()
         return context
@@ -140,7 +142,7 @@ class ConversationScript:
             raise AssertionError(
                 f"the flow refused {tool!r}: {admission.reason}\n{why(self.runner, self.state)}"
             )
-        await Call.of(self.session).tool_ok(tool)
+        await self.conversation.tool_ok(tool)
         await self.settle()
 
     def _fake(self, name: str) -> Fake:

@@ -3,14 +3,15 @@
 A resolver's source runs fenced as its actor (``push_actor`` / ``pop_actor``, a hot path of
 every run); ``state.acting_as(...)`` blocks do the same for user code; a transaction's ``with``
 block routes the context's calls into it (``enter_tx`` / ``exit_tx``), and runtime writes that
-must commit now step outside it (``outside_transaction``). Part of the :class:`Engine`.
+must commit now step outside it (``outside_transaction``). One :class:`WriteContext` per engine
+(``state.engine.context``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from .keys import Key, key_name
 if TYPE_CHECKING:
     from .transaction import Transaction
 
-__all__ = ["Writers"]
+__all__ = ["WriteContext"]
 
 _NOTHING = nullcontext()
 
@@ -42,16 +43,26 @@ class _Outside:
         self._var.reset(self._token)
 
 
-class Writers:
-    """The writer context of an :class:`Engine` (see the module docstring)."""
+class WriteContext:
+    """Who writes, and into which transaction, for one engine (see the module docstring).
 
-    # Set by the Engine: its lock, and how many actor blocks / transaction blocks are open.
-    lock: threading.RLock
-    tx_open: int
-    acting: int
-    fenced: int
-    _txvar: ContextVar[Transaction | None]
-    _actorvar: ContextVar[Actor | None]
+    ``tx_open``, ``acting`` and ``fenced`` count the open transaction blocks, the open actor
+    blocks and both, in any context: a write looks for either only while one is open.
+    """
+
+    __slots__ = ("_actorvar", "_txvar", "acting", "fenced", "lock", "tx_open")
+
+    def __init__(self, lock: threading.RLock, owner: int) -> None:
+        self.lock = lock
+        self.tx_open = 0
+        self.acting = 0
+        self.fenced = 0
+        self._txvar: ContextVar[Transaction | None] = ContextVar(
+            f"slateflow_tx_{owner}", default=None
+        )
+        self._actorvar: ContextVar[Actor | None] = ContextVar(
+            f"slateflow_actor_{owner}", default=None
+        )
 
     def push_actor(self, actor: Actor | None) -> Token[Actor | None]:
         """Write as ``actor`` (None: as nobody) in this context until :meth:`pop_actor`.
@@ -70,6 +81,15 @@ class Writers:
         with self.lock:
             self.acting -= 1
             self.fenced -= 1
+
+    @contextmanager
+    def acting_as(self, actor: Actor) -> Iterator[Actor]:
+        """Write as ``actor`` in this context for the block (``state.acting_as``)."""
+        token = self.push_actor(actor)
+        try:
+            yield actor
+        finally:
+            self.pop_actor(token)
 
     def actor(self) -> Actor | None:
         """The actor this context writes as, if any."""

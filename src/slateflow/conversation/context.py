@@ -1,9 +1,9 @@
-"""Turns: what the caller said, what is waiting for the model, and what to tell it now.
+"""Turns and their contexts: what the caller said, and what to tell the model now.
 
-The Session records each user turn (redacted), runs the extractors attached to it, advances the
-flows it runs, and returns a :class:`TurnContext`, handed to the model in two phases (built,
-then confirmed or dropped). The flow and conversation layers plug in through the small
-protocols here, so this layer never imports them.
+A :class:`~slateflow.conversation.Conversation` records each user turn (a :class:`Turn`) and
+builds a :class:`TurnContext` from its flows' briefs, the background results waiting in its
+inbox and its tools (:func:`build_context`, a pure function), handed to the model in two phases
+(built, then confirmed or dropped: its :class:`Handover`).
 """
 
 from __future__ import annotations
@@ -11,36 +11,32 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal
 
-from .background import BackgroundResult, Scheduling
-
-if TYPE_CHECKING:
-    from ..state import State
-    from .inbox import Inbox, ToInbox
-    from .session import Session
+from ..flow import Brief
+from ..flow.brief import TellMarker, merge_timing
+from ..flow.timing import VoiceTiming
+from ..resolve.background import BackgroundResult, Scheduling
+from ..state import State
 
 __all__ = [
     "DEFAULT_MAX_TRANSCRIPT",
     "VOICE_TIMING_KEY",
-    "Admitted",
-    "Closable",
-    "Conversation",
-    "Governor",
     "Handover",
     "HandoverMode",
-    "Runnable",
-    "TellMarker",
     "Turn",
     "TurnContext",
-    "TurnHook",
+    "build_context",
     "check_options",
+    "context_lines",
     "delivery_line",
+    "end_turn",
+    "publish_timing",
 ]
 
 UNMET_PREFIX = "Before finishing, these still need to happen: "
 VOICE_TIMING_KEY = "session:voice_timing"
-"""Where the session publishes the merged voice timing of the active steps."""
+"""Where a conversation publishes the merged voice timing of its flows' speaking steps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,132 +55,7 @@ HandoverMode = Literal["auto", "explicit"]
 """What building a turn context does to the last one not confirmed: ``"auto"`` counts it as
 handed to the model, ``"explicit"`` as dropped."""
 DEFAULT_MAX_TRANSCRIPT = 10_000
-"""Turns a call keeps in ``transcript`` (about 2 MB of typical turns)."""
-
-
-def check_options(
-    redact: object,
-    on_delivery: object,
-    on_waiting: object,
-    handover: object,
-    max_transcript: object,
-    max_waiting: object,
-) -> None:
-    """Refuse bad conversation options (a session checks them at once, a Call again)."""
-    if redact is not None and not callable(redact):
-        raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
-    for name, fn in (("on_delivery", on_delivery), ("on_waiting", on_waiting)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{name} must be a callable or None, got {fn!r}")
-    if handover not in ("auto", "explicit"):
-        raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
-    for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
-        if type(limit) is not int or limit < 1:
-            raise ValueError(f"{name} must be a positive int, got {limit!r}")
-
-
-class Conversation(Protocol):
-    """A session's conversation as the layers below it see it: a
-    :class:`slateflow.conversation.Call` (which attaches itself with ``session.attach``).
-
-    The session opens it, lets flows govern it and sends background results to its inbox;
-    flows tell it when their active steps change; extractors read its transcript.
-    """
-
-    session: Session
-
-    @property
-    def state(self) -> State: ...
-    @property
-    def transcript(self) -> list[Turn]: ...
-    @property
-    def inbox(self) -> Inbox: ...
-    @property
-    def tools(self) -> tuple[str, ...]: ...
-    def open(self) -> None: ...
-    def govern(self, runner: Governor) -> None: ...
-    def inbox_delivery(self, origin: object) -> ToInbox: ...
-    def to_model(self, result: BackgroundResult, origin: object) -> Any: ...
-    def steps_changed(self, since: int | None, timed: bool) -> None: ...
-
-
-@runtime_checkable
-class TurnHook(Protocol):
-    """An extractor as the call sees it (``call.add_extractor``).
-
-    ``_on_step_change(call, since)`` runs when a flow enters a step whose posture was handed to
-    the model after user turn ``since``: it may re-read only the turns said after that.
-    """
-
-    name: str
-
-    async def _on_turn(self, call: Conversation, turn: Turn, /) -> None: ...
-    async def _on_tool(self, call: Conversation, tool: str, /) -> None: ...
-    async def _on_step_change(self, call: Conversation, since: int, /) -> None: ...
-
-
-TellMarker = Callable[[int], None]
-"""Records that the postures of the steps speaking when a context was built reached the model,
-at user turn ``n``; returned by ``Governor.told_marker`` and called when the context is handed
-over."""
-
-
-class Admitted(Protocol):
-    """A governor's answer to ``admit(tool)`` (the flow layer's ``Admission``)."""
-
-    @property
-    def allowed(self) -> bool: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def violation(self) -> bool: ...
-    @property
-    def once(self) -> bool: ...
-
-
-@runtime_checkable
-class Governor(Protocol):
-    """A running flow as the session sees it: it advances on turns and tool calls and says what
-    the model should be told. ``FlowRunner`` and the runner of a ``FlowStack`` implement it.
-
-    ``abort_turn`` undoes ``begin_turn`` for a turn that was cancelled or failed before the flow
-    counted it; ``told_marker`` captures the steps speaking now, to record them as told when
-    the context carrying their postures is handed to the model.
-
-    ``admit(tool, *, record=True)`` is the one way to ask whether a tool may run: an
-    :class:`Admitted` with the reason, recording a violation in observe mode unless
-    ``record=False`` (a question, not a call), and ``once`` when the tool may succeed only once
-    (``once``, ``commit``), so concurrent calls of it are held one at a time.
-    """
-
-    def begin_turn(self) -> None: ...
-    def abort_turn(self) -> None: ...
-    async def on_turn(self) -> None: ...
-    def on_tool_ok(self, tool: str) -> None: ...
-    def postures(self) -> list[str]: ...
-    def grounds(self) -> list[str]: ...
-    def reprompts(self) -> list[str]: ...
-    def unmet_requirements(self) -> list[str]: ...
-    def known_tools(self) -> list[str]: ...
-    def voice_timing(self) -> Any: ...
-    def told_marker(self) -> TellMarker | None: ...
-    def admit(self, tool: str, *, record: bool = True) -> Admitted: ...
-
-
-class Closable(Protocol):
-    """What a session closes as it ends (a running flow)."""
-
-    def close(self) -> None: ...
-
-
-R_co = TypeVar("R_co", bound=Closable, covariant=True)
-
-
-class Runnable(Protocol[R_co]):
-    """Something ``session.run_flow`` can start (a :class:`~slateflow.Flow`): the flow layer
-    sits above the session, so the session only knows this method."""
-
-    def _run_in(self, session: Session, /, *, enforcement: Any) -> R_co: ...
+"""Turns a conversation keeps in ``transcript`` (about 2 MB of typical turns)."""
 
 
 def delivery_line(result: BackgroundResult) -> str:
@@ -194,36 +65,37 @@ def delivery_line(result: BackgroundResult) -> str:
 
 
 class Handover:
-    """Where a built :class:`TurnContext` stands between the session and the model.
+    """Where a built :class:`TurnContext` stands between the conversation and the model.
 
     A context is ``"pending"`` when built: its deliveries have left the inbox, but nothing
     counts as said yet. ``confirm()`` (the loop handed it to the model) makes its deliveries
     delivered, its lines said and its steps' postures told; ``drop()`` (an interruption dropped
-    it) puts its deliveries back in the inbox for the next context. Made by the session.
+    it) puts its deliveries back in the inbox for the next context. Made by the conversation,
+    which ``conclude`` tells which it was.
     """
 
-    __slots__ = ("_settle", "deliveries", "every", "markers", "status")
+    __slots__ = ("_conclude", "deliveries", "every", "markers", "status")
 
     def __init__(
         self,
         every: tuple[str, ...],
         deliveries: tuple[BackgroundResult, ...],
         markers: tuple[TellMarker, ...],
-        settle: Callable[[Handover, bool], None],
+        conclude: Callable[[Handover, bool], None],
     ) -> None:
         self.every = every
         self.deliveries = deliveries
         self.markers = markers
         self.status: Literal["pending", "handed_over", "dropped"] = "pending"
-        self._settle = settle
+        self._conclude = conclude
 
     def confirm(self) -> None:
         """The context reached the model."""
-        self._settle(self, True)
+        self._conclude(self, True)
 
     def drop(self) -> None:
         """The context never reached the model."""
-        self._settle(self, False)
+        self._conclude(self, False)
 
 
 @dataclass(frozen=True)
@@ -231,7 +103,7 @@ class TurnContext:
     """What the model should be told after a user turn.
 
     ``postures``, ``grounds``, ``reprompts`` (a step's repair policy says the caller is stuck)
-    and ``unmet`` come from the active steps of the session's flows;
+    and ``unmet`` come from the active steps of the conversation's flows;
     ``deliveries`` are the background results waiting for the model (each handed over exactly
     once, oldest first, with its ``scheduling``; ``silent`` ones get no line); ``tools`` are the
     tools it may call now and ``refused`` why each other known tool is refused.
@@ -245,7 +117,7 @@ class TurnContext:
     the model got it (its deliveries count as delivered, its lines as said, its steps'
     postures as told) and :meth:`dropped` says it did not (an interruption dropped it: its
     deliveries come back in the next context). A simple loop calls neither: building the next
-    context confirms this one (unless the session was made with ``handover="explicit"``).
+    context confirms this one (unless the conversation was made with ``handover="explicit"``).
     """
 
     turn: Turn
@@ -273,7 +145,7 @@ class TurnContext:
 
     @property
     def status(self) -> Literal["pending", "handed_over", "dropped"]:
-        """``"pending"`` until handed over or dropped (a context built with no session is
+        """``"pending"`` until handed over or dropped (a context built with no hand-over is
         ``"handed_over"``)."""
         return "handed_over" if self.handover is None else self.handover.status
 
@@ -342,3 +214,98 @@ def context_lines(
     tools = list(tools)
     lines.append("Tools you may call now: " + (", ".join(tools) if tools else "none") + ".")
     return list(dict.fromkeys(lines))
+
+
+def build_context(
+    turn: Turn,
+    briefs: Iterable[Brief],
+    tools: Iterable[str],
+    ask: Callable[[int, str], str | None],
+    deliveries: tuple[BackgroundResult, ...],
+    said: frozenset[str],
+    conclude: Callable[[Handover, bool], None],
+) -> TurnContext:
+    """The context for ``turn`` from the flows' ``briefs`` (in order), the conversation's
+    ``tools``, the ``deliveries`` taken from the inbox and the lines already ``said``.
+
+    A tool is refused by the first flow that refuses it: from its brief when it was asked
+    about the tool, else ``ask(i, tool)`` (flow ``i``'s reason, or None). The context is pending
+    until ``conclude(handover, confirmed)`` is called through it.
+    """
+    briefs = list(briefs)
+    known = dict.fromkeys(tools)
+    for brief in briefs:
+        known.update(dict.fromkeys(brief.tools))
+    refused: dict[str, str] = {}
+    for tool in known:
+        for i, brief in enumerate(briefs):
+            reason = brief.refused.get(tool) if tool in brief.tools else ask(i, tool)
+            if reason is not None:
+                refused[tool] = reason
+                break
+    allowed = [t for t in known if t not in refused]
+    postures = [p for b in briefs for p in b.postures]
+    grounds = [g for b in briefs for g in b.grounds]
+    reprompts = [r for b in briefs for r in b.reprompts]
+    unmet = [u for b in briefs for u in b.unmet]
+    markers = tuple(b.told for b in briefs if b.told is not None)
+    every = tuple(context_lines(postures, grounds, reprompts, unmet, deliveries, allowed))
+    # A new result is news even when its text matches last turn's (a re-poll's answer).
+    news = {delivery_line(d) for d in deliveries}
+    lines = tuple(line for line in every if line in news or line not in said)
+    timing = merge_timing(b.timing for b in briefs)
+    return TurnContext(
+        turn,
+        tuple(postures),
+        tuple(grounds),
+        tuple(reprompts),
+        tuple(unmet),
+        deliveries,
+        tuple(allowed),
+        refused,
+        timing.model_dump(mode="json", exclude_none=True) if timing is not None else None,
+        every,
+        lines,
+        Handover(every, deliveries, markers, conclude),
+    )
+
+
+def end_turn(state: State) -> int:
+    """Clear the ``turn:`` and ``temp:`` scopes of ``state`` in one batch; returns how many
+    keys. A conversation does this at the end of every turn."""
+    return state.clear_prefix(("turn:", "temp:"), source="system")
+
+
+def publish_timing(state: State, merged: VoiceTiming | None) -> None:
+    """Write ``merged`` at :data:`VOICE_TIMING_KEY` when it changed (readers react to
+    changes), or remove the key when no step has any timing."""
+    key = VOICE_TIMING_KEY
+    if merged is None:
+        if key in state:
+            state.remove(key, source="session", writer="voice_timing")
+        return
+    value = merged.model_dump(mode="json", exclude_none=True)
+    if state.get(key) != value:
+        state.set(key, value, source="session", writer="voice_timing")
+
+
+def check_options(
+    redact: object,
+    on_delivery: object,
+    on_waiting: object,
+    handover: object,
+    max_transcript: object,
+    max_waiting: object,
+) -> None:
+    """Refuse bad options of a conversation with a message naming the option."""
+    if redact is not None and not callable(redact):
+        raise TypeError(f"redact must be a callable taking the text, or None, got {redact!r}")
+    for name, fn in (("on_delivery", on_delivery), ("on_waiting", on_waiting)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be a callable or None, got {fn!r}")
+    if handover not in ("auto", "explicit"):
+        raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
+    for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"{name} must be a positive int, got {limit!r}")
+

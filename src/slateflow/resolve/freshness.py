@@ -2,18 +2,17 @@
 
 A resolver with ``ttl=`` stamps its result's provenance with it; age is measured on the State's
 clock (give the Session's clock to ``State(clock=...)`` too). ``fresh(name)`` guards read it,
-and a flow with such a guard moves the moment the result goes stale. Also exported from
-``slateflow.resolve``.
+and a flow with such a guard moves the moment the result goes stale.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .keys import result_key
+from ..state.keys import result_key
 
 if TYPE_CHECKING:
-    from .store import State
+    from ..state import State
 
 __all__ = ["fresh_for", "is_fresh"]
 

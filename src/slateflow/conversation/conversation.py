@@ -1,0 +1,584 @@
+"""The Conversation: one call over a Session, the object a voice or chat loop talks to.
+
+A :class:`~slateflow.Session` runs resolvers. A :class:`Conversation` is the call over it:
+user turns and what the model is told at each (a :class:`~slateflow.conversation.TurnContext`,
+handed over in two phases), what the agent said, the extractors that read the turns, the flows
+that govern them (``run_flow``), tool admission, the inbox of background results, interruptions
+(barge-in) and voice timing. It reaches the session only through its public API; an adapter for
+pipecat or LiveKit needs this page and nothing else.
+
+A background result travels one way: the run ends, the session hands it to the ``deliver``
+callback the conversation gave (``conversation.deliver``), and it waits in the inbox for the
+next context, or goes to ``on_delivery`` at once when it is urgent and the caller is silent.
+
+A turn that is cancelled (a barge-in cancels the task that runs it) or fails is not taken: its
+``turn:`` and ``temp:`` keys are cleared, it leaves the transcript (kept in
+``cancelled_turns``), ``session:turn`` goes back, and the flows do not count it; what its
+extractors already wrote stays, since the caller did say it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, overload
+
+import anyio
+
+from ..errors import SessionError, WaitTimeoutError
+from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
+from ..flow.brief import merge_timing
+from ..flow.timing import VoiceTiming
+from ..resolve import BackgroundResult, Deliver, Scheduling, Session
+from ..resolve.clock import wait_on
+from ..state import State
+from .context import (
+    DEFAULT_MAX_TRANSCRIPT,
+    Handover,
+    HandoverMode,
+    Turn,
+    TurnContext,
+    build_context,
+    check_options,
+    end_turn,
+    publish_timing,
+)
+from .inbox import (
+    DEFAULT_INBOX_LIMIT,
+    Inbox,
+    ToConversation,
+    forget_delivered,
+    record_delivered,
+    undelivered,
+)
+from .protocols import Governor, TurnHook
+from .redaction import redact as redact_transcript
+from .tools import ToolClaim, ToolDesk, ToolResult
+
+__all__ = ["Conversation"]
+
+log = logging.getLogger("slateflow.conversation")
+
+# One conversation per session: a second one would count the same turns again.
+_conversations: weakref.WeakKeyDictionary[Session, Conversation] = weakref.WeakKeyDictionary()
+
+
+class Conversation:
+    """One call over a :class:`~slateflow.Session` (see the module docstring).
+
+    ``redact`` cleans each user turn before anything reads it (default: card numbers, codes,
+    e-mails and long digit runs masked; ``None`` keeps the words as heard). ``tools`` names the
+    agent's tools, for the turn context. ``on_delivery`` receives ``interrupt`` background
+    results the moment they land (unless the user is interrupting); everything else waits for
+    the next context, and ``on_waiting`` is told each time a result starts waiting between
+    turns. ``handover``: what building a context does to the last one not confirmed
+    (``"auto"``: handed over, ``"explicit"``: dropped). ``transcript`` keeps the last
+    ``max_transcript`` turns; at most ``max_waiting`` results wait for the model.
+
+    One conversation per session. Its methods are called from the thread running the session's
+    event loop, except the interruption calls, which a voice loop may make from any thread.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        redact: Callable[[str], str] | None = redact_transcript,
+        tools: Iterable[str] = (),
+        on_delivery: Deliver | None = None,
+        on_waiting: Deliver | None = None,
+        handover: HandoverMode = "auto",
+        max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+        max_waiting: int = DEFAULT_INBOX_LIMIT,
+    ) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(f"Conversation needs a Session, got {type(session).__name__}")
+        check_options(redact, on_delivery, on_waiting, handover, max_transcript, max_waiting)
+        other = _conversations.get(session)
+        if other is not None:
+            raise SessionError(
+                "this session already has a conversation; a session carries one call: make "
+                "another Session (over its own State) for another call"
+            )
+        _conversations[session] = self
+        self.session = session
+        self.state: State = session.state
+        self.redact = redact
+        self.tools = tuple(dict.fromkeys([tools] if isinstance(tools, str) else tools))
+        self.on_delivery = on_delivery
+        self.on_waiting = on_waiting
+        self.handover: HandoverMode = handover
+        self.max_transcript = max_transcript
+        self.inbox = Inbox(self._landed, limit=max_waiting)
+        """Background results waiting for the model."""
+        self.deliver: Deliver = ToConversation(self._receive)
+        """The ``deliver`` callback that brings a background result to this conversation:
+        ``session.background(resolver, conversation.deliver)``."""
+        self._runtime = session.runtime
+        self._transcript: list[Turn] = []
+        self._cancelled: list[Turn] = []
+        self._hooks: list[TurnHook] = []
+        self._flows: list[Governor] = []
+        self._desk = ToolDesk(self.admit, self.tool_ok)
+        # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
+        self._lock = anyio.Lock(fast_acquire=True)
+        self._interrupting = False
+        # An interruption ended and the caller's turn is on its way: interrupt results wait
+        # for that turn's context instead of being spoken before it.
+        self._hold = False
+        self._said: frozenset[str] = frozenset()
+        self._pending: Handover | None = None
+        self._waiting: list[anyio.Event] = []
+        # A recovered (durable) State remembers how many turns the call had: keep counting.
+        before = self.state.get("session:turn")
+        self._base = before if type(before) is int and before > 0 else 0
+        # Results a previous process committed for the model but never handed over wait again.
+        for result in undelivered(self.state, session.result_formatter):
+            self.inbox.put(result)
+        signals.steps_changed.connect(self._steps_changed)
+        session.on_close(self._closed)
+
+    def _closed(self) -> None:
+        signals.steps_changed.disconnect(self._steps_changed)
+
+    # -- turns -------------------------------------------------------------------------------
+
+    async def user_turn(self, text: str) -> TurnContext:
+        """Handle what the user just said and return what the model should be told now.
+
+        In order: the text is redacted and recorded (:attr:`transcript`, ``turn:user`` and
+        ``session:turn``); the extractors run; the flows advance (waiting for their call-mode
+        actions); the context is built (pending until handed over, see
+        :class:`~slateflow.conversation.TurnContext`); the ``turn:`` and ``temp:`` keys are
+        cleared. Turns are handled one at a time, in order. A turn that is cancelled (a
+        barge-in cancels its task) or raises is not taken: its turn keys are cleared, it leaves
+        the transcript (see :attr:`cancelled_turns`) and the flows do not count it.
+        """
+        self._runtime.check()
+        if not isinstance(text, str):
+            raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
+        async with self._lock:
+            # The loop moved on: the last context was used (or, explicitly, was not). Settled
+            # before this turn's words are read, so a "yes" to a read-back it carried counts.
+            self._conclude_previous()
+            await self._run_ready()
+            state = self.state
+            clean = self.redact(text) if self.redact is not None else text
+            turn = Turn(self._number() + 1, clean, self.session.clock.time())
+            before = state.get("session:turn")
+            self._keep(self._transcript, turn)
+            flows = self._live()
+            begun: list[Governor] = []
+            counted: list[Governor] = []
+            taken = False
+            try:
+                state.update(
+                    {"session:turn": turn.number, "turn:user": clean},
+                    source="session",
+                    writer="turn",
+                )
+                for flow in flows:
+                    flow.begin_turn()
+                    begun.append(flow)
+                for hook in list(self._hooks):
+                    await self._hook(hook, hook.on_turn(self, turn))
+                for flow in flows:
+                    await flow.on_turn()
+                    counted.append(flow)
+                await self._run_ready()  # background work that needs no time lands now
+                context = self._context(turn)
+                self._hold = False
+                taken = True
+            finally:
+                if not taken:
+                    self._drop_turn(turn, before, [g for g in begun if g not in counted])
+                # On every exit path: a turn key must never act on the next turn.
+                end_turn(state)
+        self._tell_waiting()
+        return context
+
+    def _drop_turn(self, turn: Turn, before: Any, uncounted: list[Governor]) -> None:
+        """A turn that did not complete is not taken (see the module docs)."""
+        if turn in self._transcript:
+            self._transcript.remove(turn)
+        self._keep(self._cancelled, turn)
+        for flow in uncounted:
+            try:
+                flow.abort_turn()
+            except Exception as exc:
+                self._runtime.report(flow, exc)
+        try:
+            if before is None:
+                self.state.remove("session:turn", None, source="session", writer="turn")
+            else:
+                self.state.set("session:turn", before, source="session", writer="turn")
+        except Exception as exc:  # a closed store: the turn is still not taken in memory
+            log.error("slateflow conversation: could not roll back session:turn: %s", exc)
+
+    async def _run_ready(self) -> None:
+        # Under a manual clock (tests), work that needs no time (a background lookup that
+        # answers at once) runs before the turn looks: a test sees what production would.
+        settle = getattr(self.session.clock, "settle", None)
+        if settle is not None:
+            await settle()
+
+    def context_now(self) -> TurnContext:
+        """What the model should be told now, between turns (a background result landed while
+        the model is idle, say); nothing is recorded and no extractor runs."""
+        self._runtime.check()
+        turn = self._transcript[-1] if self._transcript else Turn(0, "", self.session.clock.time())
+        return self._context(turn)
+
+    def agent_said(self, text: str) -> Turn:
+        """Record what the agent actually said (up to where the caller cut it off): it joins
+        the transcript and the context it was spoken from counts as handed over."""
+        self._runtime.check()
+        if not isinstance(text, str):
+            raise TypeError(f"agent_said takes the text the agent said, got {type(text).__name__}")
+        clean = self.redact(text) if self.redact is not None else text
+        turn = Turn(self._number(), clean, self.session.clock.time(), "agent")
+        self._keep(self._transcript, turn)
+        pending = self._pending
+        if pending is not None and pending.status == "pending":
+            pending.confirm()  # the agent spoke from it: the model had it
+        return turn
+
+    @property
+    def transcript(self) -> list[Turn]:
+        """The conversation so far, redacted, oldest first (user and agent turns)."""
+        return self._transcript
+
+    @property
+    def cancelled_turns(self) -> list[Turn]:
+        """User turns that were cancelled or failed before they completed (not taken)."""
+        return self._cancelled
+
+    def _keep(self, turns: list[Turn], turn: Turn) -> None:
+        """Append ``turn`` to ``turns``, dropping the oldest past ``max_transcript``."""
+        turns.append(turn)
+        over = len(turns) - self.max_transcript
+        if over > 0:
+            for old in turns[:over]:
+                if old.speaker == "user":
+                    self._base = max(self._base, old.number)  # numbering goes on
+            del turns[:over]
+
+    def _number(self) -> int:
+        for turn in reversed(self._transcript):
+            if turn.speaker == "user":
+                return turn.number
+        return self._base
+
+    def add_extractor(self, extractor: TurnHook) -> None:
+        """Run ``extractor`` on this conversation's user turns, as its triggers say (in the
+        order added, each reading the redacted transcript)."""
+        if not isinstance(extractor, TurnHook):
+            raise TypeError(
+                f"add_extractor takes an extractor (Extract(...).build() or an LLMExtractor), "
+                f"got {extractor!r}"
+            )
+        if extractor in self._hooks:
+            raise SessionError(f"extractor {extractor.name!r} is already added")
+        self._hooks.append(extractor)
+
+    async def _hook(self, hook: TurnHook, work: Any) -> None:
+        try:
+            await work
+        except Exception as exc:
+            # One broken extractor must not cost the caller their turn.
+            log.error("slateflow conversation: extractor %r failed", hook.name, exc_info=exc)
+            self._runtime.report(hook, exc)
+
+    # -- flows -------------------------------------------------------------------------------
+
+    @overload
+    def run_flow(self, flow: Flow, *, enforcement: Any = "enforce") -> FlowRunner: ...
+    @overload
+    def run_flow(self, flow: FlowStack, *, enforcement: Any = "enforce") -> StackRunner: ...
+
+    def run_flow(
+        self, flow: Flow | FlowStack, *, enforcement: Any = "enforce"
+    ) -> FlowRunner | StackRunner:
+        """Run ``flow`` (a ``Flow`` or a ``FlowStack``) in the session, governing this
+        conversation's turns: its postures, grounds and tools shape every context, its
+        background actions deliver here, and it closes with the session. Returns its runner.
+
+        ``enforcement`` is ``"enforce"`` (refuse tools the flow does not admit) or
+        ``"observe"`` (admit them and record violations).
+        """
+        if isinstance(flow, FlowStack):
+            runner: FlowRunner | StackRunner = flow.start(
+                self.session, enforcement=enforcement, deliver=self.deliver, tools=self.tools
+            )
+        elif isinstance(flow, Flow):
+            runner = flow.start(self.session, enforcement=enforcement, deliver=self.deliver)
+        else:
+            raise TypeError(f"run_flow takes a Flow or a FlowStack, got {flow!r}")
+        self._flows.append(runner)
+        return runner
+
+    def _live(self) -> list[Governor]:
+        return [g for g in self._flows if not g.closed]
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def admit(self, tool: str, *, record: bool = True) -> Admission:
+        """May the model call ``tool`` now? Every flow must admit it (the first refusal wins,
+        with its reason); in observe mode a breach is admitted, flagged ``violation`` and
+        recorded by its flow (``record=False``: a question, not a call)."""
+        self._runtime.check()
+        flagged = ""
+        once = False
+        for flow in self._live():
+            admission = flow.admit(tool, record=record)
+            once = once or admission.once
+            if not admission.allowed:
+                return Admission(tool, False, admission.reason, once=once)
+            if admission.violation and not flagged:
+                flagged = admission.reason
+        return Admission(tool, True, flagged, violation=bool(flagged), once=once)
+
+    def claim(self, tool: str) -> AbstractAsyncContextManager[ToolClaim]:
+        """Admit a call of ``tool`` atomically: ``async with conversation.claim("book") as
+        claim:``; a once-only tool is held until the block ends, which reports the tool as
+        successful unless ``claim.fail()`` was called (an exception reports nothing)."""
+        return self._desk.claim(tool)
+
+    async def run_tool(
+        self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
+    ) -> ToolResult:
+        """Run ``fn(**arguments)`` as a call of ``tool`` under :meth:`claim`; identical
+        concurrent calls share one execution."""
+        return await self._desk.run(tool, fn, arguments)
+
+    async def tool_ok(self, tool: str) -> None:
+        """Report that ``tool`` ran successfully: the flows advance and extractors with
+        ``Trigger.after_tool()`` run."""
+        self._runtime.check()
+        if type(tool) is not str or not tool:
+            raise TypeError(f"tool_ok takes the tool's name, got {tool!r}")
+        for flow in self._live():
+            flow.on_tool_ok(tool)
+        async with self._lock:
+            for hook in list(self._hooks):
+                await self._hook(hook, hook.on_tool(self, tool))
+        self.publish_timing()
+
+    # -- the context and its hand-over --------------------------------------------------------
+
+    def _conclude_previous(self) -> None:
+        """The loop moved on from the last context: in "auto" it used it, in "explicit" (not
+        confirmed) it did not."""
+        previous = self._pending
+        if previous is not None and previous.status == "pending":
+            self._conclude(previous, self.handover == "auto")
+
+    def _context(self, turn: Turn) -> TurnContext:
+        self._conclude_previous()
+        flows = self._live()
+        briefs = [flow.brief(self.tools) for flow in flows]
+
+        def ask(i: int, tool: str) -> str | None:
+            admission = flows[i].admit(tool, record=False)
+            return None if admission.allowed else admission.reason
+
+        deliveries = tuple(self.inbox.take())
+        context = build_context(
+            turn, briefs, self.tools, ask, deliveries, self._said, self._conclude
+        )
+        self._pending = context.handover
+        self._publish(merge_timing(b.timing for b in briefs))
+        return context
+
+    def _conclude(self, handover: Handover, confirmed: bool) -> None:
+        """Confirm (the model got it) or drop (it did not) a context's hand-over, once."""
+        want: Literal["handed_over", "dropped"] = "handed_over" if confirmed else "dropped"
+        if handover.status != "pending":
+            if handover.status == want:
+                return
+            raise SessionError(
+                f"this turn context was already {handover.status.replace('_', ' ')}; a context "
+                "is handed over or dropped once (in handover='explicit', building the next "
+                "context drops the last one)"
+            )
+        handover.status = want
+        if self._pending is handover:
+            self._pending = None
+        if not confirmed:
+            self.inbox.restore(handover.deliveries)
+            return
+        self._said = frozenset(handover.every)
+        number = self._number()
+        for marker in handover.markers:
+            try:
+                marker(number)
+            except Exception as exc:
+                self._runtime.report(marker, exc)
+        record_delivered(self.state, handover.deliveries)
+
+    # -- background results ------------------------------------------------------------------
+
+    def _receive(self, result: BackgroundResult) -> Any:
+        """Where a background result delivered to this conversation goes: the inbox, or
+        ``on_delivery`` for an ``interrupt`` one while the caller is not talking."""
+        if (
+            result.scheduling is Scheduling.INTERRUPT
+            and self.on_delivery is not None
+            and not self._interrupting
+            and not self._hold
+        ):
+            return self._push(result)
+        self.inbox.put(result)
+        return None
+
+    async def _push(self, result: BackgroundResult) -> None:
+        assert self.on_delivery is not None
+        if self._interrupting or self._hold:
+            # Interrupted again before this push ran: hold it for the end of that one.
+            self.inbox.put(result)
+            return
+        if await self._call(self.on_delivery, result):
+            record_delivered(self.state, [result])
+        else:
+            self.inbox.put(result)  # not handed over: the next context carries it
+
+    def take_deliveries(self) -> list[BackgroundResult]:
+        """The background results waiting for the model, oldest first; each is handed out
+        once (a loop that builds no contexts hands them over itself)."""
+        return self.inbox.take()
+
+    def redeliver(self, *results: BackgroundResult) -> None:
+        """Hand ``results`` to the model again (it never heard them: the bot was cut off)."""
+        for result in results:
+            if not isinstance(result, BackgroundResult):
+                raise TypeError(
+                    f"redeliver takes the BackgroundResults the model did not hear, got {result!r}"
+                )
+        forget_delivered(self.state, list(results))
+        self.inbox.restore(results)
+
+    async def wait_for_delivery(self, timeout: float | None = None) -> list[BackgroundResult]:
+        """Wait until a background result waits for the model (the caller not talking) and
+        return those waiting, left in place; raises ``WaitTimeoutError`` after ``timeout``."""
+        session = self.session
+        self._runtime.check()
+        clock = session.clock
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        while True:
+            waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
+            if waiting and not self._interrupting and not self._hold:
+                return waiting
+            event = anyio.Event()
+            self._waiting.append(event)
+            left = None if deadline is None else max(deadline - clock.monotonic(), 0.0)
+            outcome = await wait_on(clock, event, left)
+            if outcome != "set":
+                running = ", ".join(r.name for r in session.runs()) or "none"
+                how = f" for {timeout}s" if timeout is not None else ""
+                why = "; every task is blocked and no timer is due" if outcome == "stuck" else ""
+                raise WaitTimeoutError(
+                    f"waited{how} for a background result to hand to the model; none landed "
+                    f"(running: {running}){why}"
+                )
+
+    def _landed(self, result: BackgroundResult) -> None:
+        """The inbox got a result (any thread): tell whoever waits for one, on the loop."""
+        if result.scheduling is not Scheduling.SILENT:
+            self._runtime.soon(self._tell_waiting)
+
+    def _tell_waiting(self) -> None:
+        if self._lock.locked():
+            return  # a turn is being built: its context takes them (checked again after)
+        waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
+        if not waiting or self._interrupting or self._hold:
+            return  # the caller is talking, or their turn is coming: it will take them
+        events, self._waiting = self._waiting, []
+        for event in events:
+            event.set()
+        if self.on_waiting is not None:
+            for result in waiting:
+                self._runtime.spawn(self._call, self.on_waiting, result)
+
+    async def _call(self, fn: Deliver, result: BackgroundResult) -> bool:
+        """Call a hook of the loop's (sync or async); its failure is reported, never raised."""
+        try:
+            outcome = fn(result)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            self._runtime.report(fn, exc)
+            return False
+        return True
+
+    # -- interruptions -----------------------------------------------------------------------
+
+    @property
+    def interrupting(self) -> bool:
+        """Whether the user is interrupting (between the two interruption calls)."""
+        return self._interrupting
+
+    def begin_interruption(self) -> None:
+        """The user started talking over the agent: ``interrupt`` results landing now are held
+        until :meth:`end_interruption`. Callable from any thread."""
+        self._interrupting = True
+
+    def end_interruption(self, *, turn_follows: bool = True) -> None:
+        """The user stopped talking: held results go into the next turn's context, or with
+        ``turn_follows=False`` (noise, a cough) to ``on_delivery`` now. Callable from any
+        thread."""
+        self._interrupting = False
+        if turn_follows:
+            self._hold = True  # user_turn clears it once its context took them
+            return
+        self._hold = False
+        if self.on_delivery is not None:
+            self._runtime.soon(self._flush_interrupts)
+        self._runtime.soon(self._tell_waiting)
+
+    def _flush_interrupts(self) -> None:
+        if self._interrupting or self._hold:
+            return  # interrupted again before this ran: they wait for that one to end
+        for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
+            self._runtime.spawn(self._push, result)
+
+    # -- step changes and voice timing -------------------------------------------------------
+
+    def _steps_changed(self, runner: object, *, since: int | None, timed: bool, **_: Any) -> None:
+        """A flow of this conversation's session changed its active steps (any thread):
+        ``since`` is the user turn after which the newly active steps' postures were handed
+        to the model (None: never told)."""
+        if getattr(runner, "session", None) is not self.session:
+            return
+        if timed or (since is not None and self._hooks):
+            self._runtime.soon(self._runtime.spawn, self._after_step_change, since, timed)
+
+    async def _after_step_change(self, since: int | None, timed: bool) -> None:
+        if not self._runtime.open:
+            return
+        if timed:
+            self.publish_timing()
+        if since is None or not self._hooks:
+            return
+        async with self._lock:
+            for hook in list(self._hooks):
+                await self._hook(hook, hook.on_step_change(self, since))
+            # Between turns, a re-read's turn-scoped keys belong to no turn: a stale
+            # "turn:topic" must not start a digression at the next one.
+            if self.state.keys("turn:") or self.state.keys("temp:"):
+                end_turn(self.state)
+
+    def publish_timing(self) -> None:
+        """Merge the voice timing of every flow's speaking steps and publish it at
+        ``session:voice_timing`` (removed when none has any)."""
+        self._publish(merge_timing(flow.brief().timing for flow in self._live()))
+
+    def _publish(self, merged: VoiceTiming | None) -> None:
+        publish_timing(self.state, merged)
+
+    def __repr__(self) -> str:
+        turns = sum(1 for t in self._transcript if t.speaker == "user")
+        return f"<Conversation: {turns} user turns, {len(self.inbox)} waiting>"
+
