@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import GuardFormatError, TemplateError
 from ..resolve.template import MISSING, Reference
 from ..state.values import clean, copy_json, same
-from .guard_base import EMPTY_MARKING, Explanation, Guard, Marking, _found, _show
+from .guard_base import EMPTY_MARKING, Explanation, Guard, Marking, show_value, shown_value
 
 if TYPE_CHECKING:
     from ..state import State
@@ -49,10 +49,10 @@ class _Eq(Guard):
         return frozenset([self.ref.key])
 
     def describe(self) -> str:
-        return f"'{self.ref.text}' must be {_show(self.value)}"
+        return f"'{self.ref.text}' must be {show_value(self.value)}"
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
-        seen = _found(state, self.ref.key, self.ref.lookup(state), self.ref.text)
+        seen = shown_value(state, self.ref.key, self.ref.lookup(state), self.ref.text)
         return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
     def _node(self, path: str) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _bound(value: object, what: str) -> int | float:
 
 def _seen(state: State, ref: Reference) -> str:
     value = ref.lookup(state)
-    text = _found(state, ref.key, value, ref.text)
+    text = shown_value(state, ref.key, value, ref.text)
     if value is not MISSING and not _is_number(value) and not state.is_secret(ref.key):
         text += " (not a number)"
     return text
@@ -135,7 +135,7 @@ class _Compare(_Numeric):
         return _TESTS[self.op](value, self.bound)
 
     def describe(self) -> str:
-        return f"'{self.ref.text}' must be {self.words} {_show(self.bound)}"
+        return f"'{self.ref.text}' must be {self.words} {show_value(self.bound)}"
 
     def _node(self, path: str) -> dict[str, Any]:
         return {"op": self.op, "key": self.ref.text, "value": self.bound}
@@ -175,7 +175,7 @@ class _Between(_Numeric):
         return self.low <= value <= self.high
 
     def describe(self) -> str:
-        low, high = _show(self.low), _show(self.high)
+        low, high = show_value(self.low), show_value(self.high)
         return f"'{self.ref.text}' must be between {low} and {high}"
 
     def _node(self, path: str) -> dict[str, Any]:

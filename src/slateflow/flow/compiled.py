@@ -12,8 +12,7 @@ import threading
 
 from .constraints import Before, Commit, Never, Once, Require, Reset
 from .definition import Flow
-from .guard_base import Guard, _All, _Any, _Custom, _Not
-from .guards import _CalledOk, _Done, _Fresh, _Told
+from .guard_base import Guard
 from .repair import RepairPolicy
 from .steps import Step
 
@@ -32,37 +31,6 @@ def compiled(flow: Flow) -> CompiledFlow:
                 plan = CompiledFlow(flow)
                 flow._plan = plan
     return plan
-
-
-def fresh_names(guard: Guard, names: set[str]) -> None:
-    """Collect the resolvers whose freshness ``guard`` reads."""
-    if isinstance(guard, _Fresh):
-        names.add(guard.name)
-    elif isinstance(guard, _All | _Any):
-        for part in guard.parts:
-            fresh_names(part, names)
-    elif isinstance(guard, _Not):
-        fresh_names(guard.part, names)
-
-
-def marking_refs(guard: Guard, steps: set[str], tools: set[str]) -> bool:
-    """Collect the steps and tools a guard reads from the marking; True if it reads all of it."""
-    if isinstance(guard, _Done):
-        steps.add(guard.step)
-    elif isinstance(guard, _CalledOk):
-        tools.add(guard.tool)
-    elif isinstance(guard, _All | _Any):
-        whole = False
-        for part in guard.parts:  # every part, not up to the first True: all refs are needed
-            whole = marking_refs(part, steps, tools) or whole
-        return whole
-    elif isinstance(guard, _Not):
-        return marking_refs(guard.part, steps, tools)
-    elif isinstance(guard, _Custom):
-        return guard.marking
-    elif isinstance(guard, _Told):
-        return guard.reads_marking()  # told: re-checked whenever the marking changes
-    return False
 
 
 class StepRt:
@@ -192,13 +160,12 @@ class CompiledFlow:
             for _, guard in rt.step.guards():
                 for key in guard.keys_read():
                     key_steps.setdefault(key, set()).add(i)
-                steps: set[str] = set()
-                tools: set[str] = set()
-                if marking_refs(guard, steps, tools):
+                refs = guard.marking_refs()
+                if refs.whole:
                     any_marking.add(i)
-                for sid in steps:
+                for sid in refs.steps:
                     on_done[ids[sid]].add(i)
-                for tool in tools:
+                for tool in refs.tools:
                     on_tool.setdefault(tool, set()).add(i)
         self.key_steps = {k: tuple(sorted(v)) for k, v in key_steps.items()}
         self.on_done = [tuple(sorted(v | any_marking)) for v in on_done]
@@ -231,13 +198,12 @@ class CompiledFlow:
             self.resets.append(ResetRt(c.when, tuple(sorted(targets))))
             for key in c.when.keys_read():
                 key_resets.setdefault(key, set()).add(r)
-            steps = set()
-            tools = set()
-            if marking_refs(c.when, steps, tools):
+            refs = c.when.marking_refs()
+            if refs.whole:
                 reset_any.add(r)
-            for sid in steps:
+            for sid in refs.steps:
                 reset_on_done[ids[sid]].add(r)
-            for tool in tools:
+            for tool in refs.tools:
                 reset_on_tool.setdefault(tool, set()).add(r)
         self.key_resets = {k: tuple(sorted(v)) for k, v in key_resets.items()}
         self.reset_on_done = [tuple(sorted(v | reset_any)) for v in reset_on_done]
@@ -260,9 +226,9 @@ class CompiledFlow:
         fresh: set[str] = set()
         for s in flow.steps:
             for _, guard in s.guards():
-                fresh_names(guard, fresh)
+                fresh |= guard.fresh_names()
         for reset in self.resets:
-            fresh_names(reset.guard, fresh)
+            fresh |= reset.guard.fresh_names()
         self.fresh_names = tuple(sorted(fresh))
         self.fresh_keys = frozenset(f"{n}:result" for n in fresh)
         # What every runner of the flow subscribes to and writes, made once.

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FlowDefinitionError, InvalidKeyError
 from ..state.keys import check_key
 from .constraints import Before, Commit, Constraint, Never, Once, Require, Reset
-from .guard_base import Guard, _All, _Any, _Not
-from .guards import _Always, _Done
+from .guard_base import Guard
 from .steps import Step
 
 if TYPE_CHECKING:
@@ -19,41 +18,6 @@ if TYPE_CHECKING:
     from .runner import Enforcement, FlowRunner
 
 __all__ = ["Flow"]
-
-
-def done_refs(guard: Guard) -> set[str]:
-    """The step ids a guard's ``done(step)`` atoms name."""
-    if isinstance(guard, _Done):
-        return {guard.step}
-    if isinstance(guard, _All | _Any):
-        return set().union(*(done_refs(p) for p in guard.parts))
-    if isinstance(guard, _Not):
-        return done_refs(guard.part)
-    return set()
-
-
-def always_true(guard: Guard) -> bool:
-    """Whether a guard holds whatever the state (``always()``, ``all_()``, ``~any_()``, ...)."""
-    if isinstance(guard, _Always):
-        return True
-    if isinstance(guard, _All):
-        return all(always_true(p) for p in guard.parts)
-    if isinstance(guard, _Any):
-        return any(always_true(p) for p in guard.parts)
-    if isinstance(guard, _Not):
-        return never_true(guard.part)
-    return False
-
-
-def never_true(guard: Guard) -> bool:
-    """Whether a guard can never hold (``any_()``, ``~always()``, ``all_(x, any_())``, ...)."""
-    if isinstance(guard, _Any):
-        return all(never_true(p) for p in guard.parts)
-    if isinstance(guard, _All):
-        return any(never_true(p) for p in guard.parts)
-    if isinstance(guard, _Not):
-        return always_true(guard.part)
-    return False
 
 
 def _find_cycle(deps: Mapping[str, Iterable[str]]) -> list[str] | None:
@@ -213,7 +177,7 @@ class Flow:
             if target is not None and target not in known:
                 problems.append(f"step {s.id!r} escalates to unknown step {target!r}")
         for where, guard in self.guards():
-            for ref in sorted(done_refs(guard) - known):
+            for ref in sorted(guard.marking_refs().steps - known):
                 problems.append(f"{where} reads done({ref!r}), but there is no such step")
         for i, c in enumerate(self.constraints):
             names: tuple[str, ...] = ()
@@ -264,7 +228,7 @@ class Flow:
         # misspelt tool or an unreachable step elsewhere).
         problems.extend(p for p in self._plan_problems() if p not in problems)
         for c in self.constraints:
-            if isinstance(c, Commit) and always_true(c.until):
+            if isinstance(c, Commit) and c.until.truth() is True:
                 problems.append(
                     f"commit tool {c.tool!r} is guarded by a guard that always holds, so it "
                     "guards nothing; use the confirmation it should wait for"
@@ -298,7 +262,7 @@ class Flow:
             if isinstance(c, Before) and c.then in known and c.first in known:
                 deps[c.then].append(c.first)
         for c in self.constraints:
-            if isinstance(c, Never | Commit) and never_true(c.until):
+            if isinstance(c, Never | Commit) and c.until.truth() is False:
                 problems.append(
                     f"{_label(c)} waits for a guard that can never hold, so {c.tool!r} could "
                     "never be called"
@@ -328,7 +292,7 @@ class Flow:
             s = by_id[sid]
             edges = [e for e in s.after if e.step in known]
             open_ = [
-                e.step in reached and (e.when is None or not never_true(e.when)) for e in edges
+                e.step in reached and (e.when is None or e.when.truth() is not False) for e in edges
             ]
             firsts = [
                 c.first
@@ -336,7 +300,7 @@ class Flow:
                 if isinstance(c, Before) and c.then == sid and c.first in known
             ]
             if (
-                (s.gate is None or not never_true(s.gate))
+                (s.gate is None or s.gate.truth() is not False)
                 and all(f in reached for f in firsts)
                 and (not edges or (all(open_) if s.join == "all" else any(open_)))
             ):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowError, TemplateError
-from ..resolve.template import MISSING, Template, _Placeholder, _walk, spell
+from ..resolve.template import MISSING, Placeholder, Template, spell, walk_path
 
 if TYPE_CHECKING:
     from ..state import State
@@ -31,7 +31,7 @@ class _Choice:
 
     __slots__ = ("no", "piece", "yes")
 
-    def __init__(self, piece: _Placeholder, yes: str, no: str) -> None:
+    def __init__(self, piece: Placeholder, yes: str, no: str) -> None:
         self.piece = piece
         self.yes = yes
         self.no = no
@@ -50,9 +50,9 @@ class Ground:
 
     def __init__(self, text: str) -> None:
         template = Template(text)
-        pieces: list[str | _Placeholder | _Choice] = []
+        pieces: list[str | Placeholder | _Choice] = []
         for piece in template._pieces:
-            if isinstance(piece, _Placeholder) and piece.optional and ":" in piece.default:
+            if isinstance(piece, Placeholder) and piece.optional and ":" in piece.default:
                 yes, _, no = piece.default.partition(":")
                 pieces.append(_Choice(piece, yes.strip(), no.strip()))
             else:
@@ -94,7 +94,7 @@ class Ground:
         return [
             piece.key
             for piece in self._pieces
-            if isinstance(piece, _Placeholder) and state.is_secret(piece.key)
+            if isinstance(piece, Placeholder) and state.is_secret(piece.key)
         ]
 
     def __eq__(self, other: object) -> bool:
@@ -107,9 +107,9 @@ class Ground:
         return f"Ground({self.text!r})"
 
 
-def _lookup(state: State, piece: _Placeholder) -> Any:
+def _lookup(state: State, piece: Placeholder) -> Any:
     found = state.get(piece.key, MISSING)
-    return _walk(found, piece.steps) if piece.steps else found
+    return walk_path(found, piece.steps) if piece.steps else found
 
 
 def check_grounds(flow: Flow, state: State) -> None:

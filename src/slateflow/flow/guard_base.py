@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 __all__ = [
     "EMPTY_MARKING",
     "GUARD_FORMAT",
+    "NO_REFS",
     "Explanation",
     "Guard",
     "Marking",
+    "MarkingRefs",
     "all_",
     "any_",
     "custom",
@@ -64,6 +66,25 @@ EMPTY_MARKING = Marking()
 
 
 @dataclass(frozen=True, slots=True)
+class MarkingRefs:
+    """What a guard reads from a flow's marking: the ``steps`` it asks are done (``done``), the
+    ``tools`` it asks have run (``called_ok``), and whether it reads the rest of it (``whole``:
+    ``told`` without a flow name, a custom guard that says it reads the marking). A runner
+    re-evaluates the guard when one of those changes."""
+
+    steps: frozenset[str] = frozenset()
+    tools: frozenset[str] = frozenset()
+    whole: bool = False
+
+    def __or__(self, other: MarkingRefs) -> MarkingRefs:
+        whole = self.whole or other.whole
+        return MarkingRefs(self.steps | other.steps, self.tools | other.tools, whole)
+
+
+NO_REFS = MarkingRefs()
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Why a guard is true or false: its value, a sentence, and the same for each part.
 
@@ -86,16 +107,16 @@ class Explanation:
         return "\n".join(self.lines())
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     if value is MISSING:
         return "not set"
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
-def _found(state: State, key: str, value: Any, label: str) -> str:
+def shown_value(state: State, key: str, value: Any, label: str) -> str:
     """``'label' is <value>``, with a secret key's value masked."""
     secret = value is not MISSING and state.is_secret(key)
-    return f"'{label}' is {'***' if secret else _show(value)}"
+    return f"'{label}' is {'***' if secret else show_value(value)}"
 
 
 class Guard(ABC):
@@ -122,6 +143,26 @@ class Guard(ABC):
         """Whether the guard also depends on the flow's marking (done steps, tool calls)."""
         return False
 
+    def children(self) -> tuple[Guard, ...]:
+        """The guards this one combines (``all_``, ``any_``, ``not_``); empty for an atom."""
+        return ()
+
+    def marking_refs(self) -> MarkingRefs:
+        """What the guard reads from the flow's marking (see :class:`MarkingRefs`)."""
+        refs = NO_REFS
+        for child in self.children():
+            refs = refs | child.marking_refs()
+        return refs
+
+    def fresh_names(self) -> frozenset[str]:
+        """The resolvers whose freshness the guard reads (``fresh(name)``)."""
+        return frozenset().union(*(child.fresh_names() for child in self.children()))
+
+    def truth(self) -> bool | None:
+        """True when the guard holds whatever the state and marking (``always()``,
+        ``all_()``), False when it never can (``any_()``, ``~always()``), else None."""
+        return None
+
     @abstractmethod
     def describe(self) -> str:
         """The guard as a short prose clause, for a model or a person."""
@@ -147,7 +188,7 @@ class Guard(ABC):
         """The guard that :meth:`to_json` wrote; raises :class:`GuardFormatError` naming the
         path of the first bad node (``guard.of[1].key``)."""
         if not isinstance(data, Mapping):
-            raise GuardFormatError(f"a serialised guard is a JSON object, got {_kind(data)}")
+            raise GuardFormatError(f"a serialised guard is a JSON object, got {json_kind(data)}")
         tag = data.get("format")
         if tag != GUARD_FORMAT:
             raise GuardFormatError(
@@ -179,7 +220,7 @@ class Guard(ABC):
         return f"<{type(self).__name__}: {self.describe()}>"
 
 
-def _kind(value: object) -> str:
+def json_kind(value: object) -> str:
     return type(value).__name__ if value is not None else "null"
 
 
@@ -190,6 +231,9 @@ def _kind(value: object) -> str:
 class _Many(Guard):
     parts: tuple[Guard, ...]
     word: ClassVar[str]
+
+    def children(self) -> tuple[Guard, ...]:
+        return self.parts
 
     def keys_read(self) -> frozenset[str]:
         return frozenset().union(*(p.keys_read() for p in self.parts))
@@ -225,6 +269,12 @@ class _All(_Many):
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
         return all(p.evaluate(state, marking) for p in self.parts)
 
+    def truth(self) -> bool | None:
+        truths = [p.truth() for p in self.parts]
+        if False in truths:
+            return False
+        return True if all(t is True for t in truths) else None
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class _Any(_Many):
@@ -234,6 +284,12 @@ class _Any(_Many):
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
         return any(p.evaluate(state, marking) for p in self.parts)
 
+    def truth(self) -> bool | None:
+        truths = [p.truth() for p in self.parts]
+        if True in truths:
+            return True
+        return False if all(t is False for t in truths) else None
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class _Not(Guard):
@@ -242,6 +298,13 @@ class _Not(Guard):
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
         return not self.part.evaluate(state, marking)
+
+    def children(self) -> tuple[Guard, ...]:
+        return (self.part,)
+
+    def truth(self) -> bool | None:
+        inner = self.part.truth()
+        return None if inner is None else not inner
 
     def keys_read(self) -> frozenset[str]:
         return self.part.keys_read()
@@ -277,6 +340,9 @@ class _Custom(Guard):
     def reads_marking(self) -> bool:
         return self.marking
 
+    def marking_refs(self) -> MarkingRefs:
+        return MarkingRefs(whole=self.marking)
+
     def describe(self) -> str:
         return self.text
 
@@ -290,14 +356,14 @@ class _Custom(Guard):
 # -- constructors ---------------------------------------------------------------------------
 
 
-def _key(key: object, what: str) -> str:
+def guard_key(key: object, what: str) -> str:
     try:
         return check_key(key)
     except Exception as exc:
         raise GuardFormatError(f"{what}: {exc}") from None
 
 
-def _name(value: object, what: str) -> str:
+def guard_name(value: object, what: str) -> str:
     if type(value) is not str or not value:
         raise GuardFormatError(f"{what} must be a non-empty string, got {value!r}")
     return value
@@ -341,7 +407,7 @@ def custom(
     if not callable(fn):
         raise TypeError(f"custom() takes a callable (state, marking) -> bool, got {fn!r}")
     keys = frozenset(
-        _key(k, "custom reads") for k in ([reads] if isinstance(reads, str) else reads)
+        guard_key(k, "custom reads") for k in ([reads] if isinstance(reads, str) else reads)
     )
     text = describe or f"{getattr(fn, '__qualname__', 'a condition')} holds"
     return _Custom(fn, keys, bool(marking), text)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import GuardFormatError
-from .guard_base import Guard, _key, _kind
+from .guard_base import Guard, guard_key, json_kind
 from .guards import (
     all_,
     always,
@@ -57,7 +57,7 @@ def parse(node: Any, path: str, depth: int = 0) -> Guard:
             "flatten it (all_ and any_ take any number of parts)"
         )
     if not isinstance(node, Mapping):
-        raise GuardFormatError(f"{path}: a guard node is a JSON object, got {_kind(node)}")
+        raise GuardFormatError(f"{path}: a guard node is a JSON object, got {json_kind(node)}")
     op = node.get("op")
     fields = _FIELDS.get(op) if isinstance(op, str) else None
     if fields is None or not isinstance(op, str):
@@ -80,7 +80,7 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
     if op in ("all", "any"):
         parts = _field(node, "of", path)
         if not isinstance(parts, list):
-            raise GuardFormatError(f"{path}.of: expected a list of guards, got {_kind(parts)}")
+            raise GuardFormatError(f"{path}.of: expected a list of guards, got {json_kind(parts)}")
         built = tuple(parse(p, f"{path}.of[{i}]", depth + 1) for i, p in enumerate(parts))
         return all_(*built) if op == "all" else any_(*built)
     if op == "not":
@@ -90,7 +90,7 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
         if not isinstance(keys, list) or not keys:
             raise GuardFormatError(f"{path}.keys: expected a non-empty list of keys")
         for i, k in enumerate(keys):
-            _key(k, f"{path}.keys[{i}]")
+            guard_key(k, f"{path}.keys[{i}]")
         return captured(*keys)
     if op == "told":
         step = _field(node, "step", path)
@@ -101,7 +101,7 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
     if op == "eq":
         key = _field(node, "key", path)
         if type(key) is not str:
-            raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
+            raise GuardFormatError(f"{path}.key: expected a string, got {json_kind(key)}")
         value = _field(node, "value", path)
         try:
             return eq(key, value)
@@ -110,7 +110,7 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
     if op in _COMPARE or op == "between":
         key = _field(node, "key", path)
         if type(key) is not str:
-            raise GuardFormatError(f"{path}.key: expected a string, got {_kind(key)}")
+            raise GuardFormatError(f"{path}.key: expected a string, got {json_kind(key)}")
         try:
             if op == "between":
                 return between(key, _field(node, "low", path), _field(node, "high", path))
@@ -122,7 +122,7 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
     one = _FIELDS[op][0]
     value = _field(node, one, path)
     if type(value) is not str:
-        raise GuardFormatError(f"{path}.{one}: expected a string, got {_kind(value)}")
+        raise GuardFormatError(f"{path}.{one}: expected a string, got {json_kind(value)}")
     try:
         return _MAKERS[op](value)
     except GuardFormatError as exc:

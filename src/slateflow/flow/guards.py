@@ -22,13 +22,14 @@ from .guard_base import (
     Explanation,
     Guard,
     Marking,
-    _found,
-    _key,
-    _name,
+    MarkingRefs,
     all_,
     any_,
     custom,
+    guard_key,
+    guard_name,
     not_,
+    shown_value,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ class _Always(Guard):
     def keys_read(self) -> frozenset[str]:
         return frozenset()
 
+    def truth(self) -> bool | None:
+        return True
+
     def describe(self) -> str:
         return "nothing (always true)"
 
@@ -98,7 +102,7 @@ class _KeyAtom(Guard):
         return {"op": self.op, "key": self.key}
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
-        seen = _found(state, self.key, state.get(self.key, MISSING), self.key)
+        seen = shown_value(state, self.key, state.get(self.key, MISSING), self.key)
         return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
 
@@ -164,6 +168,9 @@ class _CalledOk(Guard):
     def reads_marking(self) -> bool:
         return True
 
+    def marking_refs(self) -> MarkingRefs:
+        return MarkingRefs(tools=frozenset([self.tool]))
+
     def describe(self) -> str:
         return f"tool '{self.tool}' must have run successfully"
 
@@ -188,6 +195,9 @@ class _Done(Guard):
 
     def reads_marking(self) -> bool:
         return True
+
+    def marking_refs(self) -> MarkingRefs:
+        return MarkingRefs(steps=frozenset([self.step]))
 
     def describe(self) -> str:
         return f"step '{self.step}' must be complete"
@@ -226,6 +236,10 @@ class _Told(Guard):
     def reads_marking(self) -> bool:
         return self.flow is None
 
+    def marking_refs(self) -> MarkingRefs:
+        # Told is re-checked whenever the marking changes (a told posture is a marking change).
+        return MarkingRefs(whole=self.flow is None)
+
     def describe(self) -> str:
         where = f" of flow '{self.flow}'" if self.flow is not None else ""
         return f"the posture of step '{self.step}'{where} must have reached the model"
@@ -248,7 +262,7 @@ class _NameAtom(Guard):
 
     def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
         key = f"{self.name}:status"
-        seen = _found(state, key, state.get(key, MISSING), key)
+        seen = shown_value(state, key, state.get(key, MISSING), key)
         return Explanation(self.evaluate(state, marking), f"{self.describe()}: {seen}")
 
 
@@ -305,6 +319,9 @@ class _Fresh(_NameAtom):
     def keys_read(self) -> frozenset[str]:
         return frozenset([f"{self.name}:result"])
 
+    def fresh_names(self) -> frozenset[str]:
+        return frozenset([self.name])
+
     def describe(self) -> str:
         return f"'{self.name}' must have a fresh result"
 
@@ -322,29 +339,29 @@ _ALWAYS = _Always()
 
 def is_true(key: str) -> Guard:
     """``key`` holds the boolean ``True``."""
-    return _IsTrue(_key(key, "is_true key"))
+    return _IsTrue(guard_key(key, "is_true key"))
 
 
 def is_set(key: str) -> Guard:
     """``key`` is set (to anything, including ``None``)."""
-    return _IsSet(_key(key, "is_set key"))
+    return _IsSet(guard_key(key, "is_set key"))
 
 
 def captured(*keys: str) -> Guard:
     """Every one of ``keys`` is set (extracted slots, say)."""
     if not keys:
         raise GuardFormatError("captured() needs at least one key")
-    return _Captured(tuple(_key(k, "captured key") for k in keys))
+    return _Captured(tuple(guard_key(k, "captured key") for k in keys))
 
 
 def called_ok(tool: str) -> Guard:
     """Tool ``tool`` has completed successfully at least once (the runner's marking)."""
-    return _CalledOk(_name(tool, "called_ok tool"))
+    return _CalledOk(guard_name(tool, "called_ok tool"))
 
 
 def done(step: str) -> Guard:
     """Step ``step`` of the flow is done (the runner's marking)."""
-    return _Done(_name(step, "done step"))
+    return _Done(guard_name(step, "done step"))
 
 
 def told(step: str, flow: str | None = None) -> Guard:
@@ -352,12 +369,13 @@ def told(step: str, flow: str | None = None) -> Guard:
     over) since the step was last entered: the question was asked, so a "yes" after it answers
     it. Inside its own flow, ``flow`` may be left out; elsewhere (``rule.accept_when``) it names
     the flow, or any running flow's step of that id counts. Reads ``flow:<name>:told``."""
-    return _Told(_name(step, "told step"), None if flow is None else _name(flow, "told flow"))
+    named = None if flow is None else guard_name(flow, "told flow")
+    return _Told(guard_name(step, "told step"), named)
 
 
 def _resolver(name: object, what: str) -> str:
     # The name prefixes the resolver's keys, so it must make valid keys.
-    _key(f"{_name(name, what)}:result", what)
+    guard_key(f"{guard_name(name, what)}:result", what)
     return str(name)
 
 

@@ -43,7 +43,7 @@ PipelineStage = Callable[[StepOutcome | None, Any], AgentStepSpec | None]
 the next step to run, or None to end this item's chain."""
 
 
-def _limit(executor: AgentExecutor) -> anyio.CapacityLimiter:
+def step_limiter(executor: AgentExecutor) -> anyio.CapacityLimiter:
     hint = getattr(executor, "concurrency_hint", 1)
     if type(hint) is not int or hint < 0:
         raise OrchestrationError(
@@ -52,7 +52,7 @@ def _limit(executor: AgentExecutor) -> anyio.CapacityLimiter:
     return anyio.CapacityLimiter(max(hint, 1))
 
 
-def _check_specs(specs: Iterable[Any], where: str) -> list[AgentStepSpec]:
+def check_specs(specs: Iterable[Any], where: str) -> list[AgentStepSpec]:
     checked = list(specs)
     for i, spec in enumerate(checked):
         if not isinstance(spec, AgentStepSpec):
@@ -145,7 +145,7 @@ async def run_step(
     return outcome
 
 
-def _unique_ids(checked: list[AgentStepSpec], where: str, why: str) -> None:
+def check_unique_ids(checked: list[AgentStepSpec], where: str, why: str) -> None:
     ids = [s.task_id for s in checked]
     if len(set(ids)) != len(ids):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -162,12 +162,12 @@ async def execute_parallel(
 ) -> list[StepOutcome]:
     """Run ``specs`` at once, at most ``concurrency_hint`` at a time; the outcomes come back in
     the order of ``specs``, each step succeeding or failing on its own."""
-    checked = _check_specs(specs, "execute_parallel")
-    _unique_ids(checked, "execute_parallel", "their outcomes share keys")
+    checked = check_specs(specs, "execute_parallel")
+    check_unique_ids(checked, "execute_parallel", "their outcomes share keys")
     outcomes: list[StepOutcome | None] = [None] * len(checked)
     if not checked:
         return []
-    limiter: anyio.CapacityLimiter | None = _limit(executor)
+    limiter: anyio.CapacityLimiter | None = step_limiter(executor)
     assert limiter is not None
     if limiter.total_tokens >= len(checked):
         limiter = None  # every branch fits: no slot to wait for (and no checkpoint each)
@@ -206,13 +206,13 @@ async def execute_pipeline(
     chains: list[list[StepOutcome]] = [[] for _ in work]
     if not work:
         return chains
-    limiter = _limit(executor)
+    limiter = step_limiter(executor)
 
     async def chain(i: int, item: Any) -> None:
         previous: StepOutcome | None = None
         for n, stage in enumerate(stages):
             try:
-                spec = await _call(stage, previous, item)
+                spec = await await_result(stage, previous, item)
             except Exception as exc:
                 name = getattr(stage, "__name__", f"stage {n}")
                 chains[i].append(
@@ -254,7 +254,8 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
     return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+async def await_result(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, awaited when it returns an awaitable (sync or async callbacks alike)."""
     result = fn(*args)
     if inspect.isawaitable(result):
         result = await result
@@ -304,13 +305,13 @@ async def execute_loop(
         )
     if not callable(next):
         raise OrchestrationError("execute_loop: next must be a callable taking the outcomes")
-    specs = _check_specs(initial, "execute_loop")
+    specs = check_specs(initial, "execute_loop")
     last: list[StepOutcome] = []
     for _ in range(max_iterations):
         if not specs:
             break
         last = await execute_parallel(executor, specs, state=state)
-        decision = await _call(next, last)
+        decision = await await_result(next, last)
         if not isinstance(decision, LoopDecision):
             raise OrchestrationError(
                 f"execute_loop: next returned {decision!r}; return LoopDecision.continue_(specs) "
@@ -318,5 +319,5 @@ async def execute_loop(
             )
         if decision.specs is None:
             break
-        specs = _check_specs(decision.specs, "execute_loop")
+        specs = check_specs(decision.specs, "execute_loop")
     return last

@@ -13,7 +13,7 @@ from ..errors import CheckpointError, OrchestrationError
 from ..state import State
 from ..stores.base import CheckpointStore
 from .checkpoint import WorkflowCheckpoint, WorkflowStepRecord, spec_digest
-from .combinators import _check_specs, _limit, _unique_ids, run_step
+from .combinators import check_specs, check_unique_ids, run_step, step_limiter
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
 
 __all__ = ["execute_parallel_resumable"]
@@ -61,8 +61,8 @@ async def execute_parallel_resumable(
     At most ``executor.concurrency_hint`` steps run at once; ``state`` records the steps that
     run (not the reused ones) as ``execute_parallel`` does. Outcomes come back in input order.
     """
-    checked = _check_specs(specs, _WHERE)
-    _unique_ids(checked, _WHERE, "a checkpoint keeps steps by task id")
+    checked = check_specs(specs, _WHERE)
+    check_unique_ids(checked, _WHERE, "a checkpoint keeps steps by task id")
     if not isinstance(workflow_id, str) or not workflow_id:
         raise OrchestrationError(
             f"{_WHERE}: workflow_id must be a non-empty string naming the run to resume, "
@@ -73,7 +73,7 @@ async def execute_parallel_resumable(
             f"{_WHERE}: store {type(store).__name__} does not keep checkpoints; pass one with "
             "load_checkpoint, save_checkpoint and delete_checkpoint (MemoryStore, SQLiteStore)"
         )
-    limiter: anyio.CapacityLimiter | None = _limit(executor)
+    limiter: anyio.CapacityLimiter | None = step_limiter(executor)
 
     digests = {s.task_id: spec_digest(s) for s in checked}
     try:

@@ -27,7 +27,7 @@ from .budget import WorkflowBudget, budget_event
 from .combinators import (
     LoopDecision,
     PipelineStage,
-    _call,
+    await_result,
     execute_loop,
     execute_parallel,
     execute_pipeline,
@@ -357,7 +357,7 @@ class Workflow:
         async def until_halted(outcomes: list[StepOutcome]) -> LoopDecision[Any]:
             if self.halted:
                 return LoopDecision.stop()
-            decision: LoopDecision[Any] = await _call(next, outcomes)
+            decision: LoopDecision[Any] = await await_result(next, outcomes)
             return decision
 
         return await self._guard(

@@ -58,7 +58,7 @@ _SNIPPET_WIDTH = 72
 _MAX_FIELDS = 10
 
 
-class _Placeholder:
+class Placeholder:
     """One parsed ``{...}``: the key, the path below it and the fallback, with source spans."""
 
     __slots__ = ("default", "head", "key", "optional", "ref", "source", "steps")
@@ -98,9 +98,9 @@ class Template:
     __slots__ = ("_firsts", "_keys", "_pieces", "_static", "_text")
 
     _text: str
-    _pieces: tuple[str | _Placeholder, ...]
+    _pieces: tuple[str | Placeholder, ...]
     _keys: tuple[str, ...]
-    _firsts: tuple[_Placeholder, ...]
+    _firsts: tuple[Placeholder, ...]
     _static: str | None
 
     def __init__(self, text: str) -> None:
@@ -109,7 +109,7 @@ class Template:
                 raise TypeError(f"Template() takes the template text as a str, got {text!r}")
             text = str.__str__(text)
         pieces = _parse(text)
-        firsts: dict[str, _Placeholder] = {}
+        firsts: dict[str, Placeholder] = {}
         for piece in pieces:
             if not isinstance(piece, str) and piece.key not in firsts:
                 firsts[piece.key] = piece
@@ -148,14 +148,14 @@ class Template:
         get = state.get
         out: list[str] = []
         append = out.append
-        piece: str | _Placeholder = ""
+        piece: str | Placeholder = ""
         try:
             for piece in self._pieces:
                 if isinstance(piece, str):
                     append(piece)
                     continue
                 found = get(piece.key, _MISSING)
-                value = _walk(found, piece.steps) if piece.steps else found
+                value = walk_path(found, piece.steps) if piece.steps else found
                 if value is _MISSING:
                     if piece.optional:
                         append(piece.default)
@@ -254,7 +254,7 @@ class Reference:
             raise TypeError(f"a key reference is a str such as 'booking:slot.time', got {text!r}")
         pieces = _parse("{" + text + "}")
         piece = pieces[0] if len(pieces) == 1 else None
-        if not isinstance(piece, _Placeholder) or piece.optional:
+        if not isinstance(piece, Placeholder) or piece.optional:
             raise TemplateError(
                 f"{text!r} is not a key reference: write a key, optionally followed by a path "
                 "('booking:slot.time', '[odd.key].field')"
@@ -266,7 +266,7 @@ class Reference:
     def lookup(self, state: State) -> Any:
         """The value at the key and path (a copy), or :data:`MISSING` when it is not there."""
         value = state.get(self.key, _MISSING)
-        return _walk(value, self.steps) if self.steps else value
+        return walk_path(value, self.steps) if self.steps else value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Reference) and other.text == self.text
@@ -278,7 +278,7 @@ class Reference:
         return f"Reference({self.text!r})"
 
 
-def _walk(value: Any, steps: tuple[tuple[str, int | None], ...]) -> Any:
+def walk_path(value: Any, steps: tuple[tuple[str, int | None], ...]) -> Any:
     # _MISSING itself falls through to the last branch: a missing key stays missing.
     for name, index in steps:
         kind = type(value)
@@ -293,8 +293,8 @@ def _walk(value: Any, steps: tuple[tuple[str, int | None], ...]) -> Any:
     return value
 
 
-def _unrenderable_message(piece: str | _Placeholder, owner: str | None, exc: Exception) -> str:
-    where = piece.source if isinstance(piece, _Placeholder) else "(literal)"
+def _unrenderable_message(piece: str | Placeholder, owner: str | None, exc: Exception) -> str:
+    where = piece.source if isinstance(piece, Placeholder) else "(literal)"
     return f"{_prefix(owner)}template placeholder {where} -> the value cannot be rendered: {exc}"
 
 
@@ -302,11 +302,11 @@ def _prefix(owner: str | None) -> str:
     return "" if owner is None else f"resolver {owner!r}: "
 
 
-def _suggest(piece: _Placeholder) -> str:
+def _suggest(piece: Placeholder) -> str:
     return "{" + piece.ref + "?}"
 
 
-def _secret_message(piece: _Placeholder, owner: str | None) -> str:
+def _secret_message(piece: Placeholder, owner: str | None) -> str:
     even = " (even with '?': a secret never silently disappears either)" if piece.optional else ""
     return (
         f"{_prefix(owner)}template placeholder {piece.source} -> key {piece.key!r} is secret, "
@@ -338,7 +338,7 @@ def _describe(value: Any) -> str:
     return "it is a number"
 
 
-def _path_failure(value: Any, piece: _Placeholder) -> str:
+def _path_failure(value: Any, piece: Placeholder) -> str:
     walked = piece.head
     for name, index in piece.steps:
         kind = type(value)
@@ -356,7 +356,7 @@ def _path_failure(value: Any, piece: _Placeholder) -> str:
     raise AssertionError("the path was found")  # pragma: no cover
 
 
-def _missing_message(piece: _Placeholder, value: Any, state: State, owner: str | None) -> str:
+def _missing_message(piece: Placeholder, value: Any, state: State, owner: str | None) -> str:
     if value is _MISSING:
         what = f"key {piece.key!r} is not set"
         todo = f"set the key first, or write {_suggest(piece)} to render it empty"
@@ -448,7 +448,7 @@ def _bad_name(text: str, pos: int, opened: int, what: str) -> TemplateError:
     return _error(text, pos, f"whitespace where a {what} was expected" + _LITERAL_HINT)
 
 
-def _placeholder(text: str, opened: int) -> tuple[_Placeholder, int]:
+def _placeholder(text: str, opened: int) -> tuple[Placeholder, int]:
     """Parse the placeholder whose ``{`` is at ``opened``; return it and the index after ``}``."""
     n = len(text)
     pos = _skip_space(text, opened + 1)
@@ -507,12 +507,12 @@ def _placeholder(text: str, opened: int) -> tuple[_Placeholder, int]:
             f"expected '}}' (or '?' and a default) after {{{ref}, found {ch!r}" + _LITERAL_HINT,
         )
     source = text[opened : pos + 1]
-    placeholder = _Placeholder(key, head, tuple(steps), optional, default, ref, source)
+    placeholder = Placeholder(key, head, tuple(steps), optional, default, ref, source)
     return placeholder, pos + 1
 
 
-def _parse(text: str) -> tuple[str | _Placeholder, ...]:
-    pieces: list[str | _Placeholder] = []
+def _parse(text: str) -> tuple[str | Placeholder, ...]:
+    pieces: list[str | Placeholder] = []
     literal: list[str] = []
     pos, n = 0, len(text)
     while pos < n:

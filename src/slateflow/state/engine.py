@@ -49,7 +49,7 @@ from .ring import Ring
 from .schema import Schemas
 from .sinks import JournalSink
 from .validation import Op, Validator
-from .values import _BIG, JSON, REMOVED, Prefix, plain, same
+from .values import BIG_INT, JSON, REMOVED, Prefix, plain, same
 
 __all__ = ["Engine", "Op", "Row"]
 
@@ -57,6 +57,7 @@ Row = tuple[JSON, int, int, int, Stamp]
 """One stored entry: ``(value, version, seq, at_ns, stamp)``. A plain tuple keeps a key small."""
 
 _STRICT = (dict, list, float)
+_BIG = BIG_INT  # ints from here on are checked by prepare (a digit cap)
 _wrap = Change.wrap
 
 

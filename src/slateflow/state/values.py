@@ -43,7 +43,7 @@ _PLAIN = frozenset({str, int, bool})
 MAX_INT_DIGITS = 4300
 """The most digits an integer may have: Python cannot print a longer one (``str()`` raises),
 so it could not be shown, snapshotted or stored."""
-_BIG = 10**MAX_INT_DIGITS
+BIG_INT = 10**MAX_INT_DIGITS
 
 
 class Prefix:
@@ -105,7 +105,7 @@ def _too_big(value: int, key: str, path: str) -> StateValueError:
 def _clean(value: object, key: str, path: str, depth: int) -> JSON:
     t = type(value)
     if t is int:
-        if -_BIG < value < _BIG:
+        if -BIG_INT < value < BIG_INT:
             return value
         raise _too_big(value, key, path)  # type: ignore[arg-type]
     if t is str or t is bool or value is None:
@@ -139,7 +139,7 @@ def _clean(value: object, key: str, path: str, depth: int) -> JSON:
         if kinds <= _PLAIN:
             if int in kinds:
                 for i, v in enumerate(value):
-                    if type(v) is int and not -_BIG < v < _BIG:
+                    if type(v) is int and not -BIG_INT < v < BIG_INT:
                         raise _too_big(v, key, f"{path}[{i}]")
             return list(value)  # strings, ints and bools need no per-item walk (C speed)
         return [_clean(v, key, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
@@ -169,7 +169,7 @@ def clean(value: object, key: str) -> JSON:
     Raises :class:`StateValueError` naming the key and the path of the offending part.
     """
     t = type(value)
-    if t is str or t is bool or value is None or (t is int and -_BIG < value < _BIG):
+    if t is str or t is bool or value is None or (t is int and -BIG_INT < value < BIG_INT):
         return value
     if t is Prefix:
         value = value.list()  # type: ignore[attr-defined]
