@@ -3,10 +3,13 @@
 Run: ``python bench/route_bench.py`` (``--quick`` is accepted and changes nothing: the trace is
 one turn); ``--show`` prints the modules in the order the turn calls into them.
 
-The scenario: a two-step flow, ``ask`` (done once the caller spoke) then ``lookup``, whose
-``on_enter`` starts a background lookup. One ``user_turn`` completes ``ask``, which starts the
-lookup; it answers at once (a manual clock settles it inside the turn) and the turn's context
-hands its result to the model. The same scenario runs once untraced first, so caches are warm.
+The scenario: a two-step flow, ``ask`` (done once the caller's name is known) then ``lookup``,
+whose ``on_enter`` starts a background lookup. A first turn is taken; then the name is written
+(as an extractor would), the lookup runs and its result waits in the conversation's inbox; then
+the next ``user_turn`` is traced: the turn is recorded, the flow advances, and the context hands
+the waiting result to the model. The scenario runs once untraced first, so caches are warm. It
+runs on the real clock, as in production (``--manual`` runs it on a ManualClock, whose settling
+inside a turn the trace counts too).
 
 ``sys.setprofile`` records each call of a slateflow function, in the order they happen (frames of
 other packages are left out; resuming a coroutine counts as a call, as the profiler reports it).
@@ -17,8 +20,9 @@ From the sequence of the modules called:
 - A->B->A returns: hops that come straight back to the module before (A, then B, then A again);
 - modules: the distinct modules the turn runs code in.
 
-The background route is traced from the lookup's source returning to the result entering the
-conversation's inbox: the modules its calls pass through, in order.
+The background route is traced from the session delivering an ended run's outcome (its
+scheduler makes the ``BackgroundResult`` and hands it to the ``deliver`` callback) to the
+result entering the conversation's inbox: the modules its calls pass through, in order.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from slateflow import (
     is_true,
     run,
 )
+from slateflow.resolve import SystemClock
 
 PACKAGE = "slateflow"
 
@@ -59,7 +64,7 @@ def flow() -> Flow:
     return Flow(
         "route",
         [
-            Step("ask", done=is_set("turn:user"), posture="Ask what the caller needs."),
+            Step("ask", done=is_set("caller:name"), posture="Ask for the caller's name."),
             Step(
                 "lookup",
                 after=["ask"],
@@ -82,7 +87,7 @@ def figures(modules: list[str]) -> dict[str, int]:
     }
 
 
-async def one_turn(traced: bool) -> list[str]:
+async def one_turn(traced: bool, manual: bool = False) -> list[str]:
     """The modules of every slateflow call one turn makes (none recorded unless ``traced``)."""
     modules: list[str] = []
 
@@ -90,13 +95,17 @@ async def one_turn(traced: bool) -> list[str]:
         if event == "call" and (module := _module(frame)) is not None:
             modules.append(module)
 
-    async with Session(State(), clock=ManualClock()) as session:
+    async with Session(State(), clock=ManualClock() if manual else SystemClock()) as session:
         conversation = Conversation(session)
         conversation.run_flow(flow())
+        (await conversation.user_turn("hello")).handed_over()
+        session.state.set("caller:name", "Ada")
+        await session.wait_idle()
+        assert [r.name for r in conversation.inbox.peek()] == ["lookup"]
         if traced:
             sys.setprofile(profile)
         try:
-            context = await conversation.user_turn("I'd like to check my account")
+            context = await conversation.user_turn("what did you find?")
         finally:
             sys.setprofile(None)
         assert [d.name for d in context.deliveries] == ["lookup"], context
@@ -113,9 +122,9 @@ async def background_route() -> list[str]:
         module = _module(frame)
         if module is None:
             return
-        if event == "return" and frame.f_code.co_name == "_lookup":
+        if event == "call" and frame.f_code.co_qualname == "Scheduler._deliver":
             started = True
-        elif started and event == "call":
+        if started and event == "call":
             if not seen or seen[-1] != module:
                 seen.append(module)
             if frame.f_code.co_qualname == "Inbox.put":
@@ -137,9 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="accepted for CI; the same run")
     parser.add_argument("--show", action="store_true", help="print the modules the turn calls")
+    parser.add_argument("--manual", action="store_true", help="run the turn on a ManualClock")
     args = parser.parse_args(argv)
-    anyio.run(one_turn, False)  # warm up
-    modules = anyio.run(one_turn, True)
+    anyio.run(one_turn, False, args.manual)  # warm up
+    modules = anyio.run(one_turn, True, args.manual)
     route = anyio.run(background_route)
     if args.show:
         runs = [m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m]

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..flow import Brief
-from ..flow.brief import TellMarker, merge_timing
-from ..flow.timing import VoiceTiming
+from ..flow.brief import TellMarker
 from ..resolve.background import BackgroundResult, Scheduling
 from ..state import State
 
@@ -37,6 +36,8 @@ __all__ = [
 UNMET_PREFIX = "Before finishing, these still need to happen: "
 VOICE_TIMING_KEY = "session:voice_timing"
 """Where a conversation publishes the merged voice timing of its flows' speaking steps."""
+TURN_SCOPES = ("turn:", "temp:")
+"""The scopes a conversation clears at the end of every turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +254,10 @@ def build_context(
     # A new result is news even when its text matches last turn's (a re-poll's answer).
     news = {delivery_line(d) for d in deliveries}
     lines = tuple(line for line in every if line in news or line not in said)
-    timing = merge_timing(b.timing for b in briefs)
+    timing = None
+    for brief in briefs:
+        if brief.timing is not None:  # the most cautious setting of each wins
+            timing = brief.timing if timing is None else timing.merge(brief.timing)
     return TurnContext(
         turn,
         tuple(postures),
@@ -271,22 +275,19 @@ def build_context(
 
 
 def end_turn(state: State) -> int:
-    """Clear the ``turn:`` and ``temp:`` scopes of ``state`` in one batch; returns how many
-    keys. A conversation does this at the end of every turn."""
-    return state.clear_prefix(("turn:", "temp:"), source="system")
+    """Clear the ``turn:`` and ``temp:`` scopes of ``state`` in one batch (source
+    ``"system"``); returns how many keys. A conversation does this at the end of every turn."""
+    return state.clear_prefix(TURN_SCOPES, source="system")
 
 
-def publish_timing(state: State, merged: VoiceTiming | None) -> None:
-    """Write ``merged`` at :data:`VOICE_TIMING_KEY` when it changed (readers react to
-    changes), or remove the key when no step has any timing."""
-    key = VOICE_TIMING_KEY
-    if merged is None:
-        if key in state:
-            state.remove(key, source="session", writer="voice_timing")
-        return
-    value = merged.model_dump(mode="json", exclude_none=True)
-    if state.get(key) != value:
-        state.set(key, value, source="session", writer="voice_timing")
+def publish_timing(state: State, value: dict[str, Any] | None) -> None:
+    """Write the merged voice timing ``value`` at :data:`VOICE_TIMING_KEY`, or remove the key
+    when no speaking step has any timing (``None``)."""
+    if value is None:
+        if VOICE_TIMING_KEY in state:
+            state.remove(VOICE_TIMING_KEY, source="session", writer="voice_timing")
+    elif state.get(VOICE_TIMING_KEY) != value:
+        state.set(VOICE_TIMING_KEY, value, source="session", writer="voice_timing")
 
 
 def check_options(

@@ -22,8 +22,9 @@ from __future__ import annotations
 import inspect
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
+from threading import get_ident
 from typing import Any, Literal, overload
 
 import anyio
@@ -31,12 +32,13 @@ import anyio
 from ..errors import SessionError, WaitTimeoutError
 from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
 from ..flow.brief import merge_timing
-from ..flow.timing import VoiceTiming
 from ..resolve import BackgroundResult, Deliver, Scheduling, Session
 from ..resolve.clock import wait_on
 from ..state import State
+from ..state.provenance import Stamp
 from .context import (
     DEFAULT_MAX_TRANSCRIPT,
+    VOICE_TIMING_KEY,
     Handover,
     HandoverMode,
     Turn,
@@ -61,6 +63,8 @@ from .tools import ToolClaim, ToolDesk, ToolResult
 __all__ = ["Conversation"]
 
 log = logging.getLogger("slateflow.conversation")
+
+_TURN = Stamp("session", "turn", None, None)
 
 # One conversation per session: a second one would count the same turns again.
 _conversations: weakref.WeakKeyDictionary[Session, Conversation] = weakref.WeakKeyDictionary()
@@ -114,10 +118,13 @@ class Conversation:
         self.max_transcript = max_transcript
         self.inbox = Inbox(self._landed, limit=max_waiting)
         """Background results waiting for the model."""
-        self.deliver: Deliver = ToConversation(self._receive)
+        self.deliver: Deliver = ToConversation(self.inbox, self._urgent)
         """The ``deliver`` callback that brings a background result to this conversation:
         ``session.background(resolver, conversation.deliver)``."""
         self._runtime = session.runtime
+        # Under a manual clock (tests), work that needs no time (a background lookup that
+        # answers at once) runs before a turn looks: a test sees what production would.
+        self._settle: Callable[[], Awaitable[None]] | None = getattr(session.clock, "settle", None)
         self._transcript: list[Turn] = []
         self._cancelled: list[Turn] = []
         self._hooks: list[TurnHook] = []
@@ -135,6 +142,8 @@ class Conversation:
         # A recovered (durable) State remembers how many turns the call had: keep counting.
         before = self.state.get("session:turn")
         self._base = before if type(before) is int and before > 0 else 0
+        self._turn_key: int | None = before if type(before) is int else None
+        self._timing: Any = self.state.get(VOICE_TIMING_KEY)  # what was last published
         # Results a previous process committed for the model but never handed over wait again.
         for result in undelivered(self.state, session.result_formatter):
             self.inbox.put(result)
@@ -157,29 +166,32 @@ class Conversation:
         barge-in cancels its task) or raises is not taken: its turn keys are cleared, it leaves
         the transcript (see :attr:`cancelled_turns`) and the flows do not count it.
         """
-        self._runtime.check()
+        runtime = self._runtime
+        if not runtime.accepting or get_ident() != runtime.thread:
+            runtime.check()  # raises: the session is not open, or this is not its thread
         if not isinstance(text, str):
             raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
         async with self._lock:
             # The loop moved on: the last context was used (or, explicitly, was not). Settled
             # before this turn's words are read, so a "yes" to a read-back it carried counts.
             self._conclude_previous()
-            await self._run_ready()
+            if self._settle is not None:
+                await self._settle()
             state = self.state
+            number = self._number() + 1
             clean = self.redact(text) if self.redact is not None else text
-            turn = Turn(self._number() + 1, clean, self.session.clock.time())
-            before = state.get("session:turn")
+            turn = Turn(number, clean, self.session.clock.time())
+            before = self._turn_key
             self._keep(self._transcript, turn)
             flows = self._live()
             begun: list[Governor] = []
             counted: list[Governor] = []
             taken = False
             try:
-                state.update(
-                    {"session:turn": turn.number, "turn:user": clean},
-                    source="session",
-                    writer="turn",
-                )
+                # The conversation's own keys, as the runtime writes its keys (one batch).
+                writes = {"session:turn": turn.number, "turn:user": clean}
+                state.engine.commit_owned(writes, (), _TURN, "turn", trusted=True)
+                self._turn_key = turn.number
                 for flow in flows:
                     flow.begin_turn()
                     begun.append(flow)
@@ -188,8 +200,9 @@ class Conversation:
                 for flow in flows:
                     await flow.on_turn()
                     counted.append(flow)
-                await self._run_ready()  # background work that needs no time lands now
-                context = self._context(turn)
+                if self._settle is not None:
+                    await self._settle()  # background work that needs no time lands now
+                context = self._context(turn, flows)
                 self._hold = False
                 taken = True
             finally:
@@ -215,15 +228,9 @@ class Conversation:
                 self.state.remove("session:turn", None, source="session", writer="turn")
             else:
                 self.state.set("session:turn", before, source="session", writer="turn")
+            self._turn_key = before
         except Exception as exc:  # a closed store: the turn is still not taken in memory
             log.error("slateflow conversation: could not roll back session:turn: %s", exc)
-
-    async def _run_ready(self) -> None:
-        # Under a manual clock (tests), work that needs no time (a background lookup that
-        # answers at once) runs before the turn looks: a test sees what production would.
-        settle = getattr(self.session.clock, "settle", None)
-        if settle is not None:
-            await settle()
 
     def context_now(self) -> TurnContext:
         """What the model should be told now, between turns (a background result landed while
@@ -376,9 +383,10 @@ class Conversation:
         if previous is not None and previous.status == "pending":
             self._conclude(previous, self.handover == "auto")
 
-    def _context(self, turn: Turn) -> TurnContext:
+    def _context(self, turn: Turn, flows: list[Governor] | None = None) -> TurnContext:
         self._conclude_previous()
-        flows = self._live()
+        if flows is None:
+            flows = self._live()
         briefs = [flow.brief(self.tools) for flow in flows]
 
         def ask(i: int, tool: str) -> str | None:
@@ -390,7 +398,8 @@ class Conversation:
             turn, briefs, self.tools, ask, deliveries, self._said, self._conclude
         )
         self._pending = context.handover
-        self._publish(merge_timing(b.timing for b in briefs))
+        if context.voice_timing != self._timing:
+            self._publish(context.voice_timing)
         return context
 
     def _conclude(self, handover: Handover, confirmed: bool) -> None:
@@ -421,18 +430,12 @@ class Conversation:
 
     # -- background results ------------------------------------------------------------------
 
-    def _receive(self, result: BackgroundResult) -> Any:
-        """Where a background result delivered to this conversation goes: the inbox, or
-        ``on_delivery`` for an ``interrupt`` one while the caller is not talking."""
-        if (
-            result.scheduling is Scheduling.INTERRUPT
-            and self.on_delivery is not None
-            and not self._interrupting
-            and not self._hold
-        ):
-            return self._push(result)
-        self.inbox.put(result)
-        return None
+    def _urgent(self, result: BackgroundResult) -> Any:
+        """An ``interrupt`` result goes to ``on_delivery`` now while the caller is not talking
+        (None: it waits in the inbox)."""
+        if self.on_delivery is None or self._interrupting or self._hold:
+            return None
+        return self._push(result)
 
     async def _push(self, result: BackgroundResult) -> None:
         assert self.on_delivery is not None
@@ -490,11 +493,16 @@ class Conversation:
             self._runtime.soon(self._tell_waiting)
 
     def _tell_waiting(self) -> None:
-        if self._lock.locked():
-            return  # a turn is being built: its context takes them (checked again after)
-        waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
-        if not waiting or self._interrupting or self._hold:
-            return  # the caller is talking, or their turn is coming: it will take them
+        if self._lock.locked() or self._interrupting or self._hold:
+            # A turn is being built (its context takes them; checked again after), the caller
+            # is talking, or their turn is coming: it will take them.
+            return
+        waiting = []
+        for result in self.inbox.peek():
+            if result.scheduling is not Scheduling.SILENT:
+                waiting.append(result)
+        if not waiting:
+            return
         events, self._waiting = self._waiting, []
         for event in events:
             event.set()
@@ -573,10 +581,13 @@ class Conversation:
     def publish_timing(self) -> None:
         """Merge the voice timing of every flow's speaking steps and publish it at
         ``session:voice_timing`` (removed when none has any)."""
-        self._publish(merge_timing(flow.brief().timing for flow in self._live()))
+        merged = merge_timing(flow.brief().timing for flow in self._live())
+        self._publish(merged.model_dump(mode="json", exclude_none=True) if merged else None)
 
-    def _publish(self, merged: VoiceTiming | None) -> None:
-        publish_timing(self.state, merged)
+    def _publish(self, value: dict[str, Any] | None) -> None:
+        if value != self._timing:  # written on change only: readers react to changes
+            publish_timing(self.state, value)
+            self._timing = value
 
     def __repr__(self) -> str:
         turns = sum(1 for t in self._transcript if t.speaker == "user")

@@ -142,16 +142,23 @@ class Inbox:
 
 
 class ToConversation(ToModel):
-    """A conversation's ``deliver``: a background result's way into it (``to`` decides
-    between the inbox and ``on_delivery``)."""
+    """A conversation's ``deliver``: a background result's way into it. An ``interrupt`` one
+    is offered to ``urgent`` first (which returns what hands it over now, or None when it must
+    wait); the rest wait in ``inbox`` for the next context."""
 
-    __slots__ = ("_to",)
+    __slots__ = ("_inbox", "_urgent")
 
-    def __init__(self, to: Callable[[BackgroundResult], Any]) -> None:
-        self._to = to
+    def __init__(self, inbox: Inbox, urgent: Callable[[BackgroundResult], Any]) -> None:
+        self._inbox = inbox
+        self._urgent = urgent
 
     def __call__(self, result: BackgroundResult) -> Any:
-        return self._to(result)
+        if result.scheduling is Scheduling.INTERRUPT:
+            now = self._urgent(result)
+            if now is not None:
+                return now
+        self._inbox.put(result)
+        return None
 
     def __repr__(self) -> str:
         return "<deliver to the conversation>"

@@ -19,13 +19,14 @@ import heapq
 import logging
 from collections.abc import Callable, Iterable
 from enum import StrEnum
+from typing import Any
 
 from ..state.values import Prefix
 from .compiled import CompiledFlow, StepRt
 from .guards import EMPTY_MARKING, Guard, Marking
 from .repair import escalate_key, reprompt_key
 
-__all__ = ["Event", "Holds", "Machine", "Ordered", "Verdict"]
+__all__ = ["Event", "Holds", "Machine", "Ordered", "Verdict", "evaluating"]
 
 log = logging.getLogger("slateflow.flow")
 
@@ -33,6 +34,15 @@ Event = tuple[str, int]
 """What a transition did: ``(kind, step index)`` (``-1`` for ``"complete"``)."""
 
 Holds = Callable[[Guard, Marking], bool]
+
+
+def evaluating(facts: Any) -> Holds:
+    """The predicate a machine latches with: each guard evaluated over ``facts`` (a State)."""
+
+    def holds(guard: Guard, marking: Marking) -> bool:
+        return guard.evaluate(facts, marking)
+
+    return holds
 """How a machine reads a guard: its value against the facts, given the marking."""
 
 # Progress flags in Machine.dirty: which flow keys a transition changed.

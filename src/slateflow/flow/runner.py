@@ -29,10 +29,11 @@ from .brief import Brief, TellMarker, merge_timing, reprompt_text
 from .compiled import compiled
 from .definition import Flow
 from .explain import FlowExplanation, explain
-from .ground import check_grounds
-from .guards import Guard, Marking
-from .machine import Event, Machine, Verdict
+from .ground import Ground, check_grounds
+from .guards import Marking
+from .machine import Event, Machine, Verdict, evaluating
 from .progress import Progress
+from .timing import VoiceTiming
 from .waits import Waiter, Waits
 
 if TYPE_CHECKING:
@@ -108,10 +109,7 @@ class FlowRunner:
         self._paused = False
         self._plan = plan = compiled(flow)
 
-        def holds(guard: Guard, marking: Marking) -> bool:
-            return guard.evaluate(state, marking)
-
-        self._machine = machine = Machine(plan, holds)
+        self._machine = machine = Machine(plan, evaluating(state))
         self._progress = Progress(machine, state)
         self.rules = ToolRules(plan, machine, state, self._lock)
         """The flow's tool rules, read by the layer above (a ``FlowStack``); use :meth:`admit`."""
@@ -222,7 +220,9 @@ class FlowRunner:
                 send(signals.flow_completed, self, self.name)
         if self._waits.waiters:
             self._waits.wake()
-        self.state.engine.deliver()
+        engine = self.state.engine
+        if engine.delivery.pending:
+            engine.deliver()
         if self._plan.repairs:
             with self._lock:
                 wanted = self._machine.repair_keys()
@@ -294,7 +294,8 @@ class FlowRunner:
         actions in call mode (started by this turn or before) to finish, re-advancing on their
         results."""
         self.advance()
-        await self._actions.idle()
+        if self._actions.lane is not None:
+            await self._actions.idle()
         if self._plan.repairs:
             self._apply(self._machine.count_turn)
         self.turns += 1
@@ -415,11 +416,31 @@ class FlowRunner:
         with self._lock:
             m = self._machine
             speaking = m.speaking()
-            due = [i for i in plan.repairs if m.reprompt_due(i)]
-            unmet = tuple(steps[i].id for i in plan.required if not m.done[i])
-            indices = tuple(rt.index for rt in speaking)
+            reprompts = []
+            for i in plan.repairs:
+                if m.reprompt_due(i):
+                    reprompts.append(reprompt_text(steps[i].timing))
+            unmet = []
+            for i in plan.required:
+                if not m.done[i]:
+                    unmet.append(steps[i].id)
             # The complete flow's closing words (a stack's layer never ends the call itself).
             closing = self.announces_over and m.complete and not m.active_ids.index
+        postures: list[str] = []
+        grounds: list[str] = []
+        timings: list[VoiceTiming] = []
+        indices: list[int] = []
+        for rt in speaking:  # one pass: a turn's context is built from this
+            step = rt.step
+            indices.append(rt.index)
+            if step.posture:
+                postures.append(step.posture)
+            if step.ground is not None:
+                line = self._ground(step.ground)
+                if line.strip():
+                    grounds.append(line)
+            if step.timing is not None:
+                timings.append(step.timing)
         known = tuple(dict.fromkeys([*tools, *plan.universe]))
         refused: dict[str, str] = {}
         if self.enforcement is Enforcement.ENFORCE:
@@ -429,27 +450,26 @@ class FlowRunner:
                     refused[tool] = reason
         told: TellMarker | None = None
         if indices:
-            told = lambda turn: self._mark_told(indices, turn, closing)  # noqa: E731
+            marked = tuple(indices)
+            told = lambda turn: self._mark_told(marked, turn, closing)  # noqa: E731
         return Brief(
-            tuple(rt.step.posture for rt in speaking if rt.step.posture),
-            self._grounds(speaking),
-            tuple(reprompt_text(steps[i].timing) for i in due),
-            unmet,
+            tuple(postures),
+            tuple(grounds),
+            tuple(reprompts),
+            tuple(unmet),
             known,
             refused,
-            merge_timing(rt.step.timing for rt in speaking) if plan.timed else None,
+            merge_timing(timings) if timings else None,
             told,
         )
 
-    def _grounds(self, speaking: list[Any]) -> tuple[str, ...]:
-        lines = []
-        for ground in [rt.step.ground for rt in speaking if rt.step.ground is not None]:
-            try:
-                lines.append(ground.render(self.state))
-            except SlateError as exc:
-                # A key made secret after the flow started: the line is left out, not the turn.
-                log.error("flow %r: a ground could not be rendered: %s", self.name, exc)
-        return tuple(line for line in lines if line.strip())
+    def _ground(self, ground: Ground) -> str:
+        try:
+            return ground.render(self.state)
+        except SlateError as exc:
+            # A key made secret after the flow started: the line is left out, not the turn.
+            log.error("flow %r: a ground could not be rendered: %s", self.name, exc)
+            return ""
 
     def _mark_told(self, steps: tuple[int, ...], turn: int, closing: bool = False) -> None:
         """Record ``steps`` as told at user turn ``turn`` (guards reading ``told`` re-evaluate);

@@ -12,6 +12,7 @@ from ..state import SECRET_MASK
 
 if TYPE_CHECKING:
     from ..state import State
+    from .run import Run
 
 __all__ = [
     "AckFormatter",
@@ -63,6 +64,29 @@ class BackgroundResult(BaseModel):
     seq: int = 0
     secret: bool = False
 
+    @classmethod
+    def of(cls, run: Run) -> BackgroundResult:
+        """The outcome of an ended ``run``: completed, error or cancelled (a superseded run's
+        is ``SILENT``: a newer run of the name will deliver; this one only closes the loop)."""
+        status = run.status
+        ended = _ENDED.get(status, "cancelled")
+        hint = run.scheduling or Scheduling.WHEN_IDLE
+        return cls(
+            name=run.resolver.name,
+            status=ended,
+            value=run.value if status == "done" else None,
+            error=run.error if status == "error" else None,
+            scheduling=Scheduling.SILENT if run.superseded else hint,
+            attempts=run.attempts,
+            superseded=run.superseded,
+            seq=run.outcome_seq,
+        )
+
+
+_ENDED: dict[str, Literal["completed", "error", "cancelled"]] = {
+    "done": "completed",
+    "error": "error",
+}
 
 Deliver = Callable[[BackgroundResult], Awaitable[None] | None]
 AckFormatter = Callable[[str], dict[str, Any]]
@@ -113,7 +137,12 @@ def dress(
     secret result is available (``"result": "***"``) and it is flagged ``secret``; with
     ``to_model`` its ``value`` is masked too (a ``deliver`` callback of yours gets the value).
     """
-    secret = result.status == "completed" and state.is_secret(f"{result.name}:result")
+    policy = state.engine.policy
+    secret = (
+        result.status == "completed"
+        and bool(policy.rules)
+        and policy.is_secret(f"{result.name}:result")
+    )
     if not secret:
         return result.model_copy(update={"response": formatter(result)})
     masked = result.model_copy(update={"value": SECRET_MASK, "secret": True})

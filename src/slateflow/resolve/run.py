@@ -3,7 +3,8 @@
 :class:`Run` is also the handle a Session's ``dispatch`` returns. Its ``status`` has one owner:
 only the run's own transitions change it (:meth:`Run.queue`, :meth:`Run.begin`,
 :meth:`Run.refused`, :meth:`Run.dropped` and the run itself as it executes), and the session's
-scheduler is what calls them for dispatched runs.
+scheduler is what calls them for dispatched runs (``tests/test_structure.py`` checks that no
+other module assigns it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .clock import Clock
 from .resolver import Produced, Resolver, WithMeta
 
 if TYPE_CHECKING:
-    from .background import BackgroundResult, Deliver, Scheduling
+    from .background import Deliver, Scheduling
 
 __all__ = ["Mode", "Run", "RunStatus"]
 
@@ -112,6 +113,7 @@ class Run:
         "scheduling",
         "started_at",
         "state",
+        "status",
         "superseded",
         "to_inbox",
         "value",
@@ -131,7 +133,9 @@ class Run:
         self.mode: Mode = mode
         self.state = state
         self.clock = clock
-        self._status: RunStatus = "running"
+        self.status: RunStatus = "running"
+        """``"queued"`` or ``"running"``, then exactly one of ``"done"``, ``"error"`` or
+        ``"cancelled"``. Read-only: only the run's own transitions change it."""
         self.value: Any = None
         self.error: str | None = None
         self.exception: BaseException | None = None
@@ -159,12 +163,6 @@ class Run:
     # -- the handle ------------------------------------------------------------------------
 
     @property
-    def status(self) -> RunStatus:
-        """``"queued"``, ``"running"``, then exactly one of ``"done"``, ``"error"`` or
-        ``"cancelled"``."""
-        return self._status
-
-    @property
     def name(self) -> str:
         """The resolver's name."""
         return self.resolver.name
@@ -172,14 +170,14 @@ class Run:
     @property
     def done(self) -> bool:
         """Whether the run has ended (done, error or cancelled)."""
-        return self._status in TERMINAL
+        return self.status in TERMINAL
 
     def cancel(self, reason: str = "cancelled") -> bool:
         """Ask the run to stop; returns False if it had already ended.
 
         It ends as ``"cancelled"`` at its next await (at once if it has not started).
         """
-        if self._status in TERMINAL:
+        if self.status in TERMINAL:
             return False
         if self.cancel_reason is None:
             self.cancel_reason = reason
@@ -196,33 +194,33 @@ class Run:
         :class:`~slateflow.errors.ResolverCancelledError` if it was cancelled; with
         ``raise_error=False`` returns the value, or None for a run that did not succeed.
         """
-        if self._status not in TERMINAL:
+        if self.status not in TERMINAL:
             if self._event is None:
                 self._event = anyio.Event()
             await self._event.wait()
         if raise_error:
-            if self._status == "error":
+            if self.status == "error":
                 raise self._resolver_error() from self.exception
-            if self._status == "cancelled":
+            if self.status == "cancelled":
                 raise ResolverCancelledError(
                     f"run of resolver {self.name!r} was {self.cancel_reason or 'cancelled'}; "
                     f"read {self.resolver.status_key!r} or dispatch it again"
                 )
-        return self.value if self._status == "done" else None
+        return self.value if self.status == "done" else None
 
     def __repr__(self) -> str:
-        return f"<Run {self.name!r} {self.mode} {self._status}>"
+        return f"<Run {self.name!r} {self.mode} {self.status}>"
 
     # -- transitions the scheduler drives --------------------------------------------------
 
     def queue(self, on_cancel: Callable[[Run], None]) -> None:
         """The run waits its turn (``on_conflict="queue"``); ``on_cancel`` ends it unstarted."""
-        self._status = "queued"
+        self.status = "queued"
         self._on_cancel = on_cancel
 
     def begin(self, handle: TaskHandle[None], on_cancel: Callable[[Run], None]) -> None:
         """The run started in the task ``handle``; ``on_cancel`` watches it wind down."""
-        self._status = "running"
+        self.status = "running"
         self._handle = handle
         self._on_cancel = on_cancel
 
@@ -230,7 +228,7 @@ class Run:
         """A queued run could not start: the State refused its ``running`` status."""
         self.exception = exc
         self.error = error_message(exc)
-        self._status = "error"
+        self.status = "error"
         self._on_cancel = None
         self.notify()
 
@@ -238,7 +236,7 @@ class Run:
         """A queued run ends without starting (cancelled or superseded)."""
         if self.cancel_reason is None:
             self.cancel_reason = "cancelled"
-        self._status = "cancelled"
+        self.status = "cancelled"
         self._on_cancel = None
         self.notify()
 
@@ -262,7 +260,7 @@ class Run:
             self.finish_cancelled("caller cancelled")
             raise
         self.write_outcome()
-        if self._status == "error":
+        if self.status == "error":
             raise self._resolver_error() from self.exception
         return self.value
 
@@ -275,7 +273,7 @@ class Run:
         clock = self.clock
         self.started_at = clock.time()
         self._mono = clock.monotonic()
-        self._status = "running"
+        self.status = "running"
         if self.cancel_reason is not None:
             # Cancelled before it started: a source that never awaits must not run at all.
             self.duration = 0.0
@@ -322,7 +320,7 @@ class Run:
             # swallowing it): the request wins and the value is discarded.
             self._cancelled()
             return
-        self._status = "done"
+        self.status = "done"
 
     def _failed(self, exc: BaseException) -> None:
         self.exception = exc
@@ -332,11 +330,11 @@ class Run:
                 f"{type(exc).__name__}: {self.error} (raised by the source of resolver "
                 f"{self.name!r} although the run was not cancelled; it counts as this run's error)"
             )
-        self._status = "error"
+        self.status = "error"
         self.value = None
 
     def _cancelled(self) -> None:
-        self._status = "cancelled"
+        self.status = "cancelled"
         self.value = None
         self._produced = None
         if self.cancel_reason is None:
@@ -482,7 +480,7 @@ class Run:
         problem is logged. The keys never stay ``running`` because of a refused write.
         """
         resolver = self.resolver
-        if self._status == "done":
+        if self.status == "done":
             assert self._produced is not None
             value, extra = self._produced
             meta = self._meta()
@@ -503,9 +501,9 @@ class Run:
             except SlateError as exc:
                 self.exception = exc
                 self.error = error_message(exc)
-                self._status = "error"
+                self.status = "error"
                 self.value = None
-        if self._status == "error":
+        if self.status == "error":
             meta = self._meta()
             meta["attempts"] = self.attempts
             meta["exception"] = type(self.exception).__name__ if self.exception else "Exception"
@@ -519,20 +517,20 @@ class Run:
                 return
             except SlateError as exc:
                 log.error("resolver %r: its error could not be written: %s", self.name, exc)
-        elif self._status != "cancelled":
+        elif self.status != "cancelled":
             return
         if status:
             meta = self._meta()
-            if self._status == "cancelled":
+            if self.status == "cancelled":
                 meta["reason"] = self.cancel_reason or "cancelled"
             try:
-                self.outcome_seq = self._commit({resolver.status_key: self._status}, (), meta)
+                self.outcome_seq = self._commit({resolver.status_key: self.status}, (), meta)
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
 
     def finish_cancelled(self, reason: str, *, write: bool = True) -> None:
         """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""
-        if self._status in TERMINAL:
+        if self.status in TERMINAL:
             return
         if self.duration is None:
             self.duration = self.clock.monotonic() - self._mono if self._mono else 0.0
@@ -547,29 +545,3 @@ class Run:
         """Wake tasks waiting in :meth:`wait` (called once the run has ended)."""
         if self._event is not None:
             self._event.set()
-
-    def background_result(self) -> BackgroundResult:
-        """The outcome as a :class:`BackgroundResult` (for ``deliver``)."""
-        from .background import BackgroundResult, Scheduling
-
-        scheduling = self.scheduling or Scheduling.WHEN_IDLE
-        if self.superseded:
-            # A newer run of the name will deliver; this one only closes the loop quietly.
-            scheduling = Scheduling.SILENT
-        status: Literal["completed", "error", "cancelled"] = (
-            "completed"
-            if self._status == "done"
-            else "error"
-            if self._status == "error"
-            else "cancelled"
-        )
-        return BackgroundResult(
-            name=self.name,
-            status=status,
-            value=self.value if self._status == "done" else None,
-            error=self.error if self._status == "error" else None,
-            scheduling=scheduling,
-            attempts=self.attempts,
-            superseded=self.superseded,
-            seq=self.outcome_seq,
-        )

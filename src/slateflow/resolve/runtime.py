@@ -40,15 +40,19 @@ class Runtime:
     starts closing.
     """
 
-    __slots__ = ("_closing", "_open", "_state", "_thread", "_token", "tg")
+    __slots__ = ("_closing", "_open", "_state", "_token", "accepting", "tg", "thread")
 
     def __init__(self, state: State) -> None:
         self._state = state
         self.tg: TaskGroup | None = None
         self._token: anyio.lowlevel.EventLoopToken | None = None
-        self._thread = 0
+        self.thread = 0
+        """The id of the thread running the session's event loop (0 before it opens)."""
         self._open = False
         self._closing = False
+        self.accepting = False
+        """Whether the session is open and not closing (what :meth:`check` checks), as a plain
+        attribute for the hot paths that check it inline."""
 
     # -- lifecycle (the session's) -----------------------------------------------------------
 
@@ -58,16 +62,19 @@ class Runtime:
             raise SessionError("a Session can be entered once; make a new one")
         self.tg = tg
         self._token = anyio.lowlevel.current_token()
-        self._thread = threading.get_ident()
+        self.thread = threading.get_ident()
         self._open = True
+        self.accepting = True
 
     def closing(self) -> None:
         """The session started closing: nothing new may start."""
         self._closing = True
+        self.accepting = False
 
     def ended(self) -> None:
         """The session's task group has exited."""
         self._open = False
+        self.accepting = False
 
     @property
     def open(self) -> bool:
@@ -99,7 +106,7 @@ class Runtime:
     def check_thread(self) -> None:
         """Raise :class:`~slateflow.errors.SessionError` if called from another thread than
         the one running the session's event loop."""
-        if self._thread and threading.get_ident() != self._thread:
+        if self.thread and threading.get_ident() != self.thread:
             raise SessionError(
                 "Session methods must be called from the thread running its event loop; from "
                 "another thread use anyio.from_thread.run_sync(session.dispatch, resolver)"
@@ -108,7 +115,7 @@ class Runtime:
     def soon(self, fn: Callable[..., object], *args: Any) -> None:
         """Call ``fn(*args)`` on the session's loop: now on its thread, else soon (nothing
         once the loop has finished)."""
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self.thread:
             fn(*args)
             return
         token = self._token

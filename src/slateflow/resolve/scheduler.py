@@ -22,7 +22,7 @@ import anyio
 from ..errors import DispatchRejectedError, ResolverDefinitionError, WaitTimeoutError
 from ..state import State
 from ..state.chains import fresh_chain
-from .background import Deliver, ResultFormatter, Scheduling, ToModel, dress
+from .background import BackgroundResult, Deliver, ResultFormatter, Scheduling, ToModel, dress
 from .clock import Clock, wait_on
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
@@ -248,7 +248,7 @@ class Scheduler:
         deliver = run.deliver
         assert deliver is not None
         try:
-            result = run.background_result()
+            result = BackgroundResult.of(run)
             dressed = dress(result, self.result_formatter, self.state, to_model=run.to_inbox)
             outcome = deliver(dressed)
             if inspect.isawaitable(outcome):

@@ -87,7 +87,9 @@ def _why_invalid(key: str) -> str:
     return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
 
 
-_VALID: set[str] = set()
+KNOWN_VALID: set[str] = set()
+"""Strings :func:`check_key` already found valid (a bounded cache; validity is a property of
+the string alone)."""
 _VALID_MAX = 65_536
 
 
@@ -112,7 +114,7 @@ def check_key(key: object) -> str:
         raise InvalidKeyError(
             f"state key {key!r} is a {type(key).__name__}; keys are strings such as 'booking:date'"
         )
-    if key in _VALID:
+    if key in KNOWN_VALID:
         return key
     if (
         len(key) <= MAX_KEY_LENGTH
@@ -120,9 +122,9 @@ def check_key(key: object) -> str:
         and (key.isascii() or not _has_format_character(key))
     ):
         # Validity is a property of the string alone: remember it (a bounded set).
-        if len(_VALID) >= _VALID_MAX:
-            _VALID.clear()
-        _VALID.add(key)
+        if len(KNOWN_VALID) >= _VALID_MAX:
+            KNOWN_VALID.clear()
+        KNOWN_VALID.add(key)
         return key
     raise InvalidKeyError(f"invalid state key {key!r}: {_why_invalid(key)}")
 

@@ -18,7 +18,7 @@ from . import governance, persistence, snapshots, waits, writes
 from .actors import Actor
 from .engine import Engine, Row
 from .journal import Journal
-from .keys import Key, check_key, key_name
+from .keys import KNOWN_VALID, META_PREFIX, Key, check_key, key_name
 from .keys import key_list as _key_list
 from .policy import Policy
 from .provenance import Provenance, ns_to_dt
@@ -139,6 +139,8 @@ class State:
         return value
 
     def _get_missing(self, key: object, default: Any) -> Any:
+        if type(key) is str and key in KNOWN_VALID and not key.startswith(META_PREFIX):
+            return default  # a valid key that is not set (a state_meta: view reads provenance)
         return missing(self._entries, key, default, self._secret)
 
     def __getitem__(self, key: str | Key[Any]) -> Any:
@@ -382,8 +384,7 @@ class State:
                 doomed = [k for p in prefixes for k in tx.keys(p)]
                 tx.update({}, source=source, writer=writer, remove=doomed)  # all or nothing
                 return len(doomed)
-        stamp = engine.stamp(prefixes[0] if prefixes else "", source, writer, None, None)
-        return writes.clear(engine, prefixes, stamp)
+        return writes.clear(engine, prefixes, source, writer)
 
     # -- acting writers -----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import KeyExistsError, MissingKeyError
-from .engine import Engine
+from .engine import Engine, Op
 from .keys import Key, check_key, key_name
 from .provenance import Stamp
 from .values import MISSING, REMOVED, clean, copy_json
@@ -74,12 +74,17 @@ def rename(engine: Engine, old: str, new: str, overwrite: bool, stamp: Stamp) ->
     return version
 
 
-def clear(engine: Engine, prefixes: tuple[str, ...], stamp: Stamp) -> int:
-    """Remove every key starting with one of ``prefixes`` in one batch; how many."""
+def clear(engine: Engine, prefixes: tuple[str, ...], source: str, writer: str | None) -> int:
+    """Remove every key starting with one of ``prefixes`` in one batch, written by ``source`` /
+    ``writer``; how many."""
+    stamp = engine.stamp(prefixes[0] if prefixes else "", source, writer, None, None)
     with engine.lock:
-        doomed = [k for k in engine.entries if k.startswith(prefixes)]
-        for k in doomed:
-            engine.check_remove(k, stamp)
-        engine.commit([(k, REMOVED, stamp) for k in doomed], "clear_prefix", deliver=False)
-    engine.deliver()
-    return len(doomed)
+        ops: list[Op] = []
+        for key in engine.entries:
+            if key.startswith(prefixes):
+                engine.check_remove(key, stamp)
+                ops.append((key, REMOVED, stamp))
+        engine.commit(ops, "clear_prefix", deliver=False)
+    if engine.delivery.pending:
+        engine.deliver()
+    return len(ops)
