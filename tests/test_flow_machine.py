@@ -15,10 +15,9 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from slateflow.flow import Flow, Step, before, edge, is_true, reset
+from slateflow.flow import Flow, Guard, Marking, Step, before, edge, is_true, reset
 from slateflow.flow.compiled import compiled
 from slateflow.flow.constraints import Reset
-from slateflow.flow.guards import Guard, Marking
 from slateflow.flow.machine import Event, Machine
 
 KEYS = [f"k{i}" for i in range(4)]

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from helpers import fingerprint
 from slateflow import ManualClock, Resolver, State
 from slateflow.errors import GuardFormatError, ResolverError, StateValueError
-from slateflow.flow import Marking, guards
-from slateflow.flow.guards import (
+from slateflow.flow import (
     EMPTY_MARKING,
     GUARD_FORMAT,
     Explanation,
     Guard,
+    Marking,
     all_,
     always,
     any_,
@@ -29,6 +29,7 @@ from slateflow.flow.guards import (
     eq,
     failed,
     fresh,
+    guards,
     is_set,
     is_true,
     not_,

@@ -10,10 +10,9 @@ import anyio
 import pytest
 
 from slateflow import ManualClock, Resolver, State
-from slateflow.errors import OrchestrationError
+from slateflow.errors import DispatchError, OrchestrationError
 from slateflow.orchestrate import (
     AgentStepSpec,
-    DispatchError,
     LocalExecutor,
     LocalOrchestrator,
     LoopDecision,

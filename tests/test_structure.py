@@ -1,13 +1,20 @@
 """The package's structure, checked: layers, room sizes and import cycles (CI runs this file).
 
 - A lower layer never imports a higher one (``LAYERS``, lowest first; ``BASE`` modules sit with
-  ``errors``).
+  ``errors``), counting every import of any kind: at module level, inside functions, under
+  ``try`` and under ``if TYPE_CHECKING:``, and ``import_module("slateflow....")`` /
+  ``__import__`` calls.
+- No module imports a private (``_``) name from another module.
 - No module in ``src/`` is over 600 lines.
-- No class has more than 30 public methods, counting what it inherits from slateflow classes
-  (properties are attributes, not methods: they are not counted).
+- No class has more than 30 public names, counting what it inherits from slateflow classes:
+  methods, properties and class attributes (per-instance data is not counted, whether it lives
+  in ``__dict__``, in ``__slots__`` or in dataclass fields).
+- No class inherits from two slateflow classes: a part of a class is an object with fields of
+  its own, not a mixin sharing the class's fields.
 - No import cycle between modules of one layer, counting the imports that run when a module is
   imported (a function-level import is the deliberate way to reach a module that builds on
   this one).
+- A run's status has one owner: no module of the resolve layer but ``run.py`` assigns it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ MAX_PUBLIC = 30
 LAYERS = ["errors", "stores", "state", "resolve", "flow", "conversation", "orchestrate", "testing"]
 # Modules of the base layer beside errors.py (they import nothing of the package).
 BASE = {"errors"}
+IMPORTERS = {"import_module", "__import__"}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -38,18 +46,47 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _imported_by_call(node: ast.AST, package: str) -> str | None:
+    """The module an ``import_module("...")`` / ``__import__("...")`` call names, if any."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    arg = node.args[0]
+    if name not in IMPORTERS or not isinstance(arg, ast.Constant) or type(arg.value) is not str:
+        return None
+    target: str = arg.value
+    if target.startswith("."):  # relative to the package named by package= (ours, here)
+        level = len(target) - len(target.lstrip("."))
+        parts = package.split(".")
+        target = ".".join([*parts[: len(parts) - level + 1], target.lstrip(".")]).rstrip(".")
+    return target if target.split(".")[0] == "slateflow" else None
+
+
 def runtime_imports(
-    source: str, module: str, is_package: bool, *, at_import: bool = False
+    source: str,
+    module: str,
+    is_package: bool,
+    *,
+    at_import: bool = False,
+    type_checking: bool = False,
 ) -> set[str]:
     """The absolute slateflow modules ``module`` imports at run time (anywhere, functions
-    included), leaving out imports under ``if TYPE_CHECKING:``. With ``at_import`` only those
-    that run when the module is imported (not inside a function)."""
+    included, and by ``import_module`` / ``__import__`` calls), leaving out imports under
+    ``if TYPE_CHECKING:`` unless ``type_checking``. With ``at_import`` only those that run when
+    the module is imported (not inside a function)."""
     package = module if is_package else module.rpartition(".")[0]
     found: set[str] = set()
 
+    def calls(node: ast.AST) -> None:
+        for child in ast.walk(node):
+            target = _imported_by_call(child, package)
+            if target is not None:
+                found.add(target)
+
     def visit(nodes: list[ast.stmt]) -> None:
         for node in nodes:
-            if isinstance(node, ast.If) and _is_type_checking(node.test):
+            if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
                 visit(node.orelse)
                 continue
             if isinstance(node, ast.Import):
@@ -69,6 +106,8 @@ def runtime_imports(
             if at_import and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    calls(child)
                 if isinstance(child, ast.stmt):
                     visit([child])
                 elif isinstance(child, ast.ExceptHandler | ast.match_case):
@@ -99,6 +138,9 @@ def test_runtime_imports_helper() -> None:
         "        from ..conversation import Z\n"
         "    except ImportError:\n"
         "        pass\n"
+        "def g():\n"
+        "    return importlib.import_module('slateflow.integrations.x')\n"
+        "LAZY = __import__('slateflow.conversation.y')\n"
     )
     found = runtime_imports(source, "slateflow.state.mod", is_package=False)
     assert found == {
@@ -109,7 +151,11 @@ def test_runtime_imports_helper() -> None:
         "slateflow.testing",
         "slateflow.orchestrate",
         "slateflow.conversation",
+        "slateflow.integrations.x",
+        "slateflow.conversation.y",
     }
+    every = runtime_imports(source, "slateflow.state.mod", is_package=False, type_checking=True)
+    assert every - found == {"slateflow.resolve"}  # the TYPE_CHECKING one not imported otherwise
     assert runtime_imports("from .. import errors", "slateflow.stores", is_package=True) == {
         "slateflow.errors"
     }
@@ -130,7 +176,8 @@ def test_a_lower_layer_never_imports_a_higher_one() -> None:
         rel = path.relative_to(SRC.parent).with_suffix("")
         is_package = rel.name == "__init__"
         module = ".".join(rel.parent.parts if is_package else rel.parts)
-        for target in sorted(runtime_imports(path.read_text("utf-8"), module, is_package)):
+        source = path.read_text("utf-8")
+        for target in sorted(runtime_imports(source, module, is_package, type_checking=True)):
             parts = target.split(".")
             top = parts[1] if len(parts) > 1 else ""
             top = "errors" if top in BASE else top
@@ -161,46 +208,61 @@ def _classes() -> list[type]:
     return [found[k] for k in sorted(found)]
 
 
-def public_api(cls: type, *, properties: bool = False) -> list[str]:
-    """The public methods of ``cls`` (and its properties, with ``properties``), with those it
-    inherits from slateflow classes."""
+def _instance_data(cls: type) -> set[str]:
+    """Names that are per-instance data, not API: slots, dataclass and pydantic fields."""
+    names: set[str] = set()
+    for k in cls.__mro__:
+        slots = vars(k).get("__slots__", ())
+        names.update([slots] if isinstance(slots, str) else slots)
+        names.update(getattr(k, "__dataclass_fields__", {}))
+        names.update(getattr(k, "model_fields", {}))
+    return names
+
+
+def public_api(cls: type, *, properties: bool = True, attributes: bool = True) -> list[str]:
+    """The public names of ``cls`` with those it inherits from slateflow classes: its methods,
+    and unless told otherwise its properties and class attributes (not per-instance data)."""
+    data = _instance_data(cls)
     names = []
     for name in dir(cls):
-        if name.startswith("_"):
+        if name.startswith("_") or name in data:
             continue
         owner = next((k for k in cls.__mro__ if name in vars(k)), None)
         if owner is None or not owner.__module__.startswith("slateflow"):
             continue
         attr = vars(owner)[name]
-        if isinstance(attr, property) and not properties:
+        if isinstance(attr, property):
+            if properties:
+                names.append(name)
             continue
-        fn = attr.fget if isinstance(attr, property) else attr
-        if isinstance(fn, staticmethod | classmethod):
-            fn = fn.__func__
-        if not callable(fn):
-            continue
+        fn = attr.__func__ if isinstance(attr, staticmethod | classmethod) else attr
         if inspect.isclass(fn):
             continue
-        names.append(name)
+        if callable(fn) or attributes:
+            names.append(name)
     return names
 
 
-def test_no_class_has_more_than_30_public_methods() -> None:
+def test_no_class_has_more_than_30_public_names() -> None:
     big = {
         f"{cls.__module__}.{cls.__qualname__}": len(api)
         for cls in _classes()
         if len(api := public_api(cls)) > MAX_PUBLIC
     }
-    assert big == {}, f"classes over {MAX_PUBLIC} public methods: {big}"
+    assert big == {}, f"classes over {MAX_PUBLIC} public names: {big}"
 
 
-def test_the_class_check_counts_inherited_methods() -> None:
+def test_the_class_check_counts_inherited_names_but_not_instance_data() -> None:
     class Base:
         def a(self) -> None: ...
+
+        limit = 3
 
     Base.__module__ = "slateflow.probe"
 
     class Probe(Base):
+        __slots__ = ("data",)
+
         def b(self) -> None: ...
 
         @property
@@ -210,8 +272,49 @@ def test_the_class_check_counts_inherited_methods() -> None:
         def _private(self) -> None: ...
 
     Probe.__module__ = "slateflow.probe"
-    assert sorted(public_api(Probe)) == ["a", "b"]
-    assert sorted(public_api(Probe, properties=True)) == ["a", "b", "c"]
+    assert sorted(public_api(Probe)) == ["a", "b", "c", "limit"]
+    assert sorted(public_api(Probe, properties=False, attributes=False)) == ["a", "b"]
+
+
+def test_no_class_inherits_from_two_slateflow_classes() -> None:
+    mixed = {
+        f"{cls.__module__}.{cls.__qualname__}": [b.__qualname__ for b in bases]
+        for cls in _classes()
+        if len(bases := [b for b in cls.__bases__ if b.__module__.startswith("slateflow")]) > 1
+    }
+    assert mixed == {}
+
+
+def test_no_module_imports_a_private_name_from_another() -> None:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or "slateflow" in (node.module or "")
+            ):
+                found += [
+                    f"{path.relative_to(SRC)}:{node.lineno}: {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert found == []
+
+
+def test_only_the_run_assigns_its_status() -> None:
+    found = []
+    for path in sorted((SRC / "resolve").glob("*.py")):
+        if path.name == "run.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            found += [
+                f"{path.name}:{node.lineno}"
+                for t in targets
+                if isinstance(t, ast.Attribute) and t.attr == "status"
+            ]
+    assert found == []
 
 
 # -- import cycles ------------------------------------------------------------------------------

@@ -10,12 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
-from slateflow.errors import OrchestrationError
+from slateflow.errors import OrchestrationError, SupervisionError
 from slateflow.orchestrate import (
     AgentOrchestrator,
     AgentStatus,
     DefaultSupervisor,
-    SupervisionError,
     SupervisorAction,
     is_retryable,
 )

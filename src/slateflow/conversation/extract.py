@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ExtractDefinitionError, FlowDefinitionError, SlateError
-from ..flow.steps import OnEnter, RunMode, run
-from ..resolve import Deliver, Resolver, Scheduling
+from ..flow.steps import OnEnter, run
+from ..resolve import Deliver, Mode, Resolver, Scheduling
 from ..state import State
 from ..state.keys import check_key
 from .promotion import Decision, Promotion, keep_known
@@ -306,7 +306,7 @@ class Extract:
     def on_complete(
         self,
         resolver: Resolver,
-        mode: RunMode = "dispatch",
+        mode: Mode = "dispatch",
         *,
         scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
         deliver: Deliver | None = None,
@@ -397,7 +397,7 @@ def check_triggers(extractor: str, triggers: tuple[object, ...]) -> tuple[Trigge
 def check_completion(
     extractor: str,
     resolver: Resolver,
-    mode: RunMode,
+    mode: Mode,
     scheduling: Scheduling | str,
     deliver: Deliver | None,
 ) -> OnEnter:

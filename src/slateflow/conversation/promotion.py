@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..flow.guards import Guard
+from ..flow.guard_base import Guard
 
 if TYPE_CHECKING:
     from ..state import State

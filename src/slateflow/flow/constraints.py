@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FlowDefinitionError
-from .guards import Guard
+from .guard_base import Guard
 
 __all__ = [
     "Before",

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from ..resolve.background import Deliver
     from ..resolve.resolver import Resolver
     from ..resolve.session import Session
-    from .runner import Enforcement, FlowRunner
+    from .admission import Enforcement
+    from .runner import FlowRunner
 
 __all__ = ["Flow"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..state import State
 from .admission import ToolRules
 from .compiled import StepRt
-from .guards import Explanation, Marking
+from .guard_base import Explanation, Marking
 from .machine import Machine
 
 __all__ = ["FlowExplanation", "explain"]

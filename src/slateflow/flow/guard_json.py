@@ -11,25 +11,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import GuardFormatError
-from .guard_base import Guard, guard_key, json_kind
+from .comparisons import between, eq, ge, gt, le, lt
+from .guard_base import Guard, all_, any_, guard_key, json_kind, not_
 from .guards import (
-    all_,
     always,
-    any_,
-    between,
     called_ok,
     captured,
     done,
-    eq,
     failed,
     fresh,
-    ge,
-    gt,
     is_set,
     is_true,
-    le,
-    lt,
-    not_,
     pending,
     resolved,
     told,

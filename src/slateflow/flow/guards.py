@@ -15,20 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import GuardFormatError
 from ..resolve.freshness import is_fresh
 from ..resolve.template import MISSING
-from .comparisons import between, eq, ge, gt, le, lt
 from .guard_base import (
     EMPTY_MARKING,
-    GUARD_FORMAT,
     Explanation,
     Guard,
     Marking,
     MarkingRefs,
-    all_,
-    any_,
-    custom,
     guard_key,
     guard_name,
-    not_,
     shown_value,
 )
 
@@ -36,29 +30,14 @@ if TYPE_CHECKING:
     from ..state import State
 
 __all__ = [
-    "EMPTY_MARKING",
-    "GUARD_FORMAT",
-    "Explanation",
-    "Guard",
-    "Marking",
-    "all_",
     "always",
-    "any_",
-    "between",
     "called_ok",
     "captured",
-    "custom",
     "done",
-    "eq",
     "failed",
     "fresh",
-    "ge",
-    "gt",
     "is_set",
     "is_true",
-    "le",
-    "lt",
-    "not_",
     "pending",
     "resolved",
     "told",

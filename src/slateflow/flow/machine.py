@@ -23,7 +23,7 @@ from typing import Any
 
 from ..state.values import Prefix
 from .compiled import CompiledFlow, StepRt
-from .guards import EMPTY_MARKING, Guard, Marking
+from .guard_base import EMPTY_MARKING, Guard, Marking
 from .repair import escalate_key, reprompt_key
 
 __all__ = ["Event", "Holds", "Machine", "Ordered", "Verdict", "evaluating"]
@@ -34,6 +34,7 @@ Event = tuple[str, int]
 """What a transition did: ``(kind, step index)`` (``-1`` for ``"complete"``)."""
 
 Holds = Callable[[Guard, Marking], bool]
+"""How a machine reads a guard: its value against the facts, given the marking."""
 
 
 def evaluating(facts: Any) -> Holds:
@@ -43,7 +44,6 @@ def evaluating(facts: Any) -> Holds:
         return guard.evaluate(facts, marking)
 
     return holds
-"""How a machine reads a guard: its value against the facts, given the marking."""
 
 # Progress flags in Machine.dirty: which flow keys a transition changed.
 ACTIVE, DONE, COMPLETE, RECORD, TOLD, OVER = 1, 2, 4, 8, 16, 32
@@ -104,47 +104,47 @@ class Machine:
     """One flow's marking and the transition that moves it (see the module docstring)."""
 
     __slots__ = (
+        "_dirty_resets",
+        "_done_count",
+        "_early",
+        "_entered_turn",
+        "_heap",
+        "_holds",
         "_marking",
+        "_queued",
+        "_repairs",
+        "_required_left",
+        "_reset_last",
+        "_rt",
+        "_terminals_done",
+        "_turn_no",
         "active",
         "active_ids",
         "complete",
         "dirty",
-        "dirty_resets",
         "done",
-        "done_count",
         "done_ids",
-        "early",
         "ended",
         "entered",
-        "entered_turn",
         "escalated",
-        "heap",
-        "holds",
         "name",
         "over",
         "plan",
-        "queued",
-        "repairs",
-        "required_left",
-        "reset_last",
-        "rt",
         "starting",
         "steps",
         "stuck",
-        "terminals_done",
         "told",
         "tools_ok",
-        "turn_no",
     )
 
     def __init__(self, plan: CompiledFlow, holds: Holds) -> None:
         self.plan = plan
-        self.holds = holds
+        self._holds = holds
         self.name = plan.flow.name
         self.steps = plan.flow.steps
         # The plan's tables the hot path reads, one attribute away.
-        self.rt = plan.rt
-        self.repairs = plan.repairs
+        self._rt = plan.rt
+        self._repairs = plan.repairs
         n = len(plan.rt)
         self.done = [False] * n
         self.active = [False] * n
@@ -156,22 +156,22 @@ class Machine:
         self.ended = -1  # the ending step entered (Step(ends=True)), if any
         self.active_ids = Ordered()
         self.done_ids = Ordered()
-        self.done_count = 0
-        self.required_left = len(plan.required)
-        self.terminals_done = 0
+        self._done_count = 0
+        self._required_left = len(plan.required)
+        self._terminals_done = 0
         # Repair: turns each step stayed active, the turn it was entered on, and the steps
         # whose policy gave up on them.
         self.stuck: dict[int, int] = {}
-        self.entered_turn: dict[int, int] = {}
-        self.turn_no = 0
+        self._entered_turn: dict[int, int] = {}
+        self._turn_no = 0
         self.escalated: set[int] = set()
-        self.reset_last = [False] * len(plan.resets)
-        self.heap: list[int] = []
-        self.queued = [False] * n
-        self.dirty_resets: set[int] = set()
+        self._reset_last = [False] * len(plan.resets)
+        self._heap: list[int] = []
+        self._queued = [False] * n
+        self._dirty_resets: set[int] = set()
         self.dirty = ACTIVE | DONE | COMPLETE
         self.starting = False  # a reset guard that already holds then is not a rising edge
-        self.early: list[Event] = []  # events of an input, reported by the next latch
+        self._early: list[Event] = []  # events of an input, reported by the next latch
         self._marking: Marking | None = EMPTY_MARKING
 
     # -- inputs: each queues what it can affect; latch() applies it ----------------------------
@@ -179,20 +179,20 @@ class Machine:
     def start(self) -> None:
         """Queue every step and reset (a first settling, or a catch-up after suspension)."""
         for i in range(len(self.done)):
-            self.push(i)
-        self.dirty_resets.update(range(len(self.reset_last)))
+            self._push(i)
+        self._dirty_resets.update(range(len(self._reset_last)))
 
     def changed(self, keys: Iterable[str]) -> None:
         """Queue the steps and resets whose guards read one of ``keys``."""
         plan = self.plan
         key_steps = plan.key_steps
         key_resets = plan.key_resets
-        push = self.push
+        push = self._push
         for key in keys:
             for i in key_steps.get(key, ()):
                 push(i)
             if key_resets:
-                self.dirty_resets.update(key_resets.get(key, ()))
+                self._dirty_resets.update(key_resets.get(key, ()))
 
     def tool_ok(self, tool: str) -> None:
         """Count a successful call of ``tool``; queue what reads it."""
@@ -201,8 +201,8 @@ class Machine:
         self.dirty |= RECORD
         plan = self.plan
         for i in plan.on_tool.get(tool, plan.any_marking):
-            self.push(i)
-        self.dirty_resets.update(plan.reset_on_tool.get(tool, plan.reset_any))
+            self._push(i)
+        self._dirty_resets.update(plan.reset_on_tool.get(tool, plan.reset_any))
 
     def tell(self, steps: Iterable[int], turn: int, closing: bool) -> bool:
         """Record ``steps`` as told at user turn ``turn`` (those still active or done); with
@@ -220,15 +220,15 @@ class Machine:
         self._marking = None
         self.dirty |= TOLD
         for i in self.plan.any_marking:
-            self.push(i)
-        self.dirty_resets.update(self.plan.reset_any)
+            self._push(i)
+        self._dirty_resets.update(self.plan.reset_any)
         return True
 
     def restart(self) -> None:
         """Re-open every step and forget tool counts, told steps and reset edges (for the next
         settling, a reset guard that already holds is not a rising edge)."""
         for i in range(len(self.done)):
-            self.reopen(i, self.early)
+            self._reopen(i, self._early)
         self.tools_ok.clear()
         self._marking = None
         if self.told:
@@ -237,36 +237,36 @@ class Machine:
         if self.over:
             self.over = False
             self.dirty |= OVER
-        self.reset_last = [False] * len(self.reset_last)
-        self.dirty_resets.update(range(len(self.reset_last)))
+        self._reset_last = [False] * len(self._reset_last)
+        self._dirty_resets.update(range(len(self._reset_last)))
         self.starting = True
 
     # -- turns and repair --------------------------------------------------------------------
 
     def begin_turn(self) -> None:
-        self.turn_no += 1
+        self._turn_no += 1
 
     def abort_turn(self) -> None:
-        self.turn_no -= 1
+        self._turn_no -= 1
 
     def entered_this_turn(self) -> None:
         """A new turn on which the steps active now count as entered (a digression started by
         this turn's words): repair starts counting at the next turn."""
-        self.turn_no += 1
+        self._turn_no += 1
         for i in self.plan.repairs:
             if self.active[i]:
-                self.entered_turn[i] = self.turn_no
+                self._entered_turn[i] = self._turn_no
 
     def count_turn(self) -> None:
         """One more turn: count it for every stuck step; queue the ones now escalated."""
         for i, policy in self.plan.repairs.items():
-            if self.active[i] and self.entered_turn.get(i, -1) >= self.turn_no > 0:
+            if self.active[i] and self._entered_turn.get(i, -1) >= self._turn_no > 0:
                 continue  # entered by this very turn's words: the caller was not stuck yet
             if self.active[i]:
                 stuck = self.stuck[i] = self.stuck.get(i, 0) + 1
                 if stuck >= policy.escalate_after and i not in self.escalated:
                     self.escalated.add(i)
-                    self.push(i)
+                    self._push(i)
             else:
                 self.stuck.pop(i, None)
                 if not self.done[i]:
@@ -280,10 +280,10 @@ class Machine:
 
     # -- the transition ----------------------------------------------------------------------
 
-    def push(self, i: int) -> None:
-        if not self.queued[i]:
-            self.queued[i] = True
-            heapq.heappush(self.heap, i)
+    def _push(self, i: int) -> None:
+        if not self._queued[i]:
+            self._queued[i] = True
+            heapq.heappush(self._heap, i)
 
     def forget_marking(self) -> None:
         """Drop the cached :meth:`mark` (the marking changed from outside, as a restore)."""
@@ -303,15 +303,15 @@ class Machine:
             self._marking = marking
         return marking
 
-    def check(self, guard: Guard, marking: bool, where: Callable[[], str]) -> bool:
+    def _check(self, guard: Guard, marking: bool, where: Callable[[], str]) -> bool:
         """A guard's value; one that raises counts as not holding (and is logged), so a broken
         custom guard cannot stall the rest of the flow. ``where`` names it, only when needed."""
         try:
-            return self.holds(guard, self.mark() if marking else EMPTY_MARKING)
+            return self._holds(guard, self.mark() if marking else EMPTY_MARKING)
         except Exception:
-            return self.broken(where)
+            return self._broken(where)
 
-    def broken(self, where: Callable[[], str]) -> bool:
+    def _broken(self, where: Callable[[], str]) -> bool:
         log.exception("flow %r: the guard %s raised; it counts as not holding", self.name, where())
         return False
 
@@ -319,19 +319,19 @@ class Machine:
         """Settle every queued step and reset to a fixed point; return what happened (with what
         the inputs since the last settling did themselves)."""
         events: list[Event] = []
-        if self.early:
-            events, self.early = self.early, events
-        heap = self.heap
-        queued = self.queued
+        if self._early:
+            events, self._early = self._early, events
+        heap = self._heap
+        queued = self._queued
         # A reset fires at most once per settling: no ping-pong.
-        fired: set[int] = set() if self.reset_last else _NO_RESETS
-        latch_step = self.latch_step
+        fired: set[int] = set() if self._reset_last else _NO_RESETS
+        latch_step = self._latch_step
         pop = heapq.heappop
         ends = self.plan.ends
         while True:
-            if self.dirty_resets:
-                dirty = sorted(self.dirty_resets)
-                self.dirty_resets.clear()
+            if self._dirty_resets:
+                dirty = sorted(self._dirty_resets)
+                self._dirty_resets.clear()
                 for r in dirty:
                     self._check_reset(r, fired, events)
             if not heap:
@@ -353,11 +353,11 @@ class Machine:
         self.starting = False
         return events
 
-    def latch_step(self, i: int, events: list[Event]) -> None:
+    def _latch_step(self, i: int, events: list[Event]) -> None:
         """Decide step ``i`` now: done, active or neither (the hot path of every change)."""
         if self.done[i]:
             return
-        rt = self.rt[i]
+        rt = self._rt[i]
         simple = rt.simple
         ended = self.ended
         if ended >= 0 and i != ended:
@@ -372,9 +372,9 @@ class Machine:
                 finished = False
             else:
                 try:
-                    finished = self.holds(done, self.mark() if rt.done_m else EMPTY_MARKING)
+                    finished = self._holds(done, self.mark() if rt.done_m else EMPTY_MARKING)
                 except Exception:
-                    finished = self.broken(rt.done_label)
+                    finished = self._broken(rt.done_label)
             if not finished and rt.escalates and i in self.escalated:
                 finished = True  # the repair policy gave up on it and routed on
             if rt.ends and ended < 0:
@@ -386,8 +386,8 @@ class Machine:
                 events.append(("done", i))
             elif not self.active[i]:
                 self._set_active(i, True)
-                if i in self.repairs:
-                    self.entered_turn[i] = self.turn_no
+                if i in self._repairs:
+                    self._entered_turn[i] = self._turn_no
                 if not self.entered[i]:
                     self.entered[i] = True
                     self.dirty |= RECORD
@@ -415,7 +415,7 @@ class Machine:
             for src in rt.escalations:
                 if done[src] and src in self.escalated:
                     gate = rt.gate
-                    return gate is None or self.check(gate, rt.gate_m, rt.gate_label)
+                    return gate is None or self._check(gate, rt.gate_m, rt.gate_label)
             if not rt.edges:
                 return False
         if rt.routed:
@@ -432,19 +432,19 @@ class Machine:
                     if (
                         when is not None
                         and (live or not taken)
-                        and not self.check(when, m, rt.edge_label)
+                        and not self._check(when, m, rt.edge_label)
                     ):
                         return False
             else:
                 for src, when, m, live in rt.edges:
                     if done[src] and (
-                        when is None or (taken and not live) or self.check(when, m, rt.edge_label)
+                        when is None or (taken and not live) or self._check(when, m, rt.edge_label)
                     ):
                         break
                 else:
                     return False
         gate = rt.gate
-        return gate is None or self.check(gate, rt.gate_m, rt.gate_label)
+        return gate is None or self._check(gate, rt.gate_m, rt.gate_label)
 
     def set_done(self, i: int, value: bool) -> None:
         self.done[i] = value
@@ -454,21 +454,21 @@ class Machine:
         step = self.steps[i]
         if value:
             self.done_ids.add(i, step.id)
-            self.done_count += 1
+            self._done_count += 1
         else:
             self.done_ids.discard(i)
-            self.done_count -= 1
+            self._done_count -= 1
         if i in plan.required_set:
-            self.required_left += -1 if value else 1
+            self._required_left += -1 if value else 1
         if step.terminal:
-            self.terminals_done += 1 if value else -1
-        queued = self.queued
+            self._terminals_done += 1 if value else -1
+        queued = self._queued
         for j in plan.on_done[i]:
             if not queued[j]:
                 queued[j] = True
-                heapq.heappush(self.heap, j)
+                heapq.heappush(self._heap, j)
         if plan.reset_on_done[i]:
-            self.dirty_resets.update(plan.reset_on_done[i])
+            self._dirty_resets.update(plan.reset_on_done[i])
 
     def _set_active(self, i: int, value: bool) -> None:
         self.active[i] = value
@@ -480,16 +480,16 @@ class Machine:
 
     def _check_reset(self, r: int, fired: set[int], events: list[Event]) -> None:
         reset = self.plan.resets[r]
-        holds = self.check(reset.guard, reset.marking, lambda: f"of reset constraint {r}")
-        rising = holds and not self.reset_last[r]
-        self.reset_last[r] = holds
+        holds = self._check(reset.guard, reset.marking, lambda: f"of reset constraint {r}")
+        rising = holds and not self._reset_last[r]
+        self._reset_last[r] = holds
         if not rising or r in fired or self.starting:
             return
         fired.add(r)
         for i in reset.targets:
-            self.reopen(i, events)
+            self._reopen(i, events)
 
-    def reopen(self, i: int, events: list[Event]) -> None:
+    def _reopen(self, i: int, events: list[Event]) -> None:
         """Make step ``i`` not done, not active and not entered (its on_enter re-armed), forget
         its repair bookkeeping, and queue it."""
         if self.done[i] or self.active[i] or self.entered[i]:
@@ -503,24 +503,24 @@ class Machine:
         if i == self.ended:
             self.ended = -1
             for j in range(len(self.done)):  # the steps that gave way may start again
-                self.push(j)
+                self._push(j)
         if i in self.plan.repairs:
             self.stuck.pop(i, None)
             self.escalated.discard(i)
         if self.told.pop(i, None) is not None:
             self._marking = None
             self.dirty |= TOLD  # entered again, it must be asked again
-        self.push(i)
+        self._push(i)
 
     def _is_complete(self) -> bool:
         if self.ended >= 0:
             return self.done[self.ended]
         plan = self.plan
         if plan.required:
-            return self.required_left == 0 and (not plan.terminals or self.terminals_done > 0)
+            return self._required_left == 0 and (not plan.terminals or self._terminals_done > 0)
         if plan.terminals:
-            return self.terminals_done > 0
-        return self.done_count == len(self.done)
+            return self._terminals_done > 0
+        return self._done_count == len(self.done)
 
     # -- reading the marking -----------------------------------------------------------------
 

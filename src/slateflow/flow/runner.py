@@ -30,7 +30,7 @@ from .compiled import compiled
 from .definition import Flow
 from .explain import FlowExplanation, explain
 from .ground import Ground, check_grounds
-from .guards import Marking
+from .guard_base import Marking
 from .machine import Event, Machine, Verdict, evaluating
 from .progress import Progress
 from .timing import VoiceTiming
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..resolve.background import Deliver
     from ..resolve.session import Session
 
-__all__ = ["Admission", "Enforcement", "FlowExplanation", "FlowRunner", "Verdict", "Violation"]
+__all__ = ["FlowRunner"]
 
 log = logging.getLogger("slateflow.flow")
 

@@ -25,8 +25,8 @@ from .constraints import (
     reset,
 )
 from .definition import Flow
+from .guard_base import Guard
 from .guard_json import parse
-from .guards import Guard
 from .repair import RepairPolicy
 from .steps import Edge, Step
 from .timing import VoiceTiming

@@ -25,24 +25,19 @@ from ..errors import FlowError, SlateError
 from ..resolve.clock import SYSTEM_CLOCK, Clock
 from ..state import Change, State
 from . import signals
+from .admission import Admission, Enforcement, Violation
 from .brief import Brief, TellMarker
-from .digressions import Digression, FlowStack, Then
-from .runner import Admission, Enforcement, FlowExplanation, FlowRunner, Verdict, Violation
+from .digressions import Digression, FlowStack
+from .explain import FlowExplanation
+from .machine import Verdict
+from .runner import FlowRunner
 from .waits import Waits
 
 if TYPE_CHECKING:
     from ..resolve.background import Deliver
     from ..resolve.session import Session
 
-__all__ = [
-    "OVERLAY_KEY",
-    "OVER_KEY",
-    "TERMINATED_KEY",
-    "Digression",
-    "FlowStack",
-    "StackRunner",
-    "Then",
-]
+__all__ = ["OVERLAY_KEY", "OVER_KEY", "TERMINATED_KEY", "StackRunner"]
 
 log = logging.getLogger("slateflow.flow")
 

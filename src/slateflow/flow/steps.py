@@ -9,16 +9,16 @@ from typing import Any, Literal
 from ..errors import FlowDefinitionError, TemplateError
 from ..resolve.background import Deliver, Scheduling
 from ..resolve.resolver import Resolver
+from ..resolve.run import Mode
 from .ground import Ground
-from .guards import Guard
+from .guard_base import Guard
 from .repair import RepairPolicy
 from .timing import VoiceTiming
 
-__all__ = ["Edge", "Join", "OnEnter", "RunMode", "Step", "edge", "run"]
+__all__ = ["Edge", "Join", "OnEnter", "Step", "edge", "run"]
 
 Join = Literal["all", "any"]
-RunMode = Literal["call", "dispatch", "background"]
-_MODES: tuple[RunMode, ...] = ("call", "dispatch", "background")
+_MODES: tuple[Mode, ...] = ("call", "dispatch", "background")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +66,14 @@ class OnEnter:
     """Run ``resolver`` when a step is entered: built by :func:`run`."""
 
     resolver: Resolver
-    mode: RunMode = "dispatch"
+    mode: Mode = "dispatch"
     scheduling: Scheduling = Scheduling.WHEN_IDLE
     deliver: Deliver | None = None
 
 
 def run(
     resolver: Resolver,
-    mode: RunMode = "dispatch",
+    mode: Mode = "dispatch",
     *,
     scheduling: Scheduling | str = Scheduling.WHEN_IDLE,
     deliver: Deliver | None = None,

@@ -28,7 +28,7 @@ from .combinators import (
     run_step,
 )
 from .local import AgentFunction, LocalExecutor
-from .protocol import DispatchError, LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
+from .protocol import LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
 from .resumable import execute_parallel_resumable
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
 from .supervise import (
@@ -37,7 +37,6 @@ from .supervise import (
     DefaultSupervisor,
     OrchestratedHandle,
     PromptAgent,
-    SupervisionError,
     SupervisorAction,
     SupervisorPolicy,
     is_retryable,
@@ -61,7 +60,6 @@ __all__ = [
     "BudgetPolicy",
     "BudgetSnapshot",
     "DefaultSupervisor",
-    "DispatchError",
     "LocalExecutor",
     "LocalOrchestrator",
     "LoopDecision",
@@ -72,7 +70,6 @@ __all__ = [
     "QueryPayload",
     "SignalPayload",
     "StepOutcome",
-    "SupervisionError",
     "SupervisorAction",
     "SupervisorPolicy",
     "SwappableLLM",

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from ..errors import DispatchError, OrchestrationError
 
 __all__ = [
-    "DispatchError",
     "LocalOrchestrator",
     "Orchestrator",
     "QueryPayload",

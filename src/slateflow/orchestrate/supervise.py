@@ -35,7 +35,6 @@ __all__ = [
     "DefaultSupervisor",
     "OrchestratedHandle",
     "PromptAgent",
-    "SupervisionError",
     "SupervisorAction",
     "SupervisorPolicy",
     "is_retryable",

@@ -16,7 +16,7 @@ from .background import (
     default_ack,
     default_result,
 )
-from .clock import Clock, ManualClock, SystemClock
+from .clock import Clock, ManualClock, SystemClock, settle
 from .freshness import fresh_for, is_fresh
 from .llm import LLM, LLMRequest, LLMResponse, Usage
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent
@@ -58,4 +58,5 @@ __all__ = [
     "default_result",
     "fresh_for",
     "is_fresh",
+    "settle",
 ]

@@ -1,8 +1,7 @@
-"""The testing kit: fakes, a scripted LLM, a manual clock and a conversation script, so a flow
-can be unit-tested with no network, no sleeps and no flakiness."""
+"""The testing kit: fakes, a scripted LLM and a conversation script, so a flow can be
+unit-tested with no network, no sleeps and no flakiness (with ``slateflow.ManualClock`` and
+``slateflow.resolve.settle`` for time)."""
 
-from ..resolve import ManualClock
-from ..resolve.clock import settle
 from .asserts import assert_provenance, assert_resolved, assert_step, recent_journal, why
 from .fakes import Fake, FakeCall, fake_agent, fake_fetch
 from .script import ConversationScript
@@ -12,7 +11,6 @@ __all__ = [
     "ConversationScript",
     "Fake",
     "FakeCall",
-    "ManualClock",
     "Reply",
     "ScriptedLLM",
     "assert_provenance",
@@ -21,6 +19,5 @@ __all__ = [
     "fake_agent",
     "fake_fetch",
     "recent_journal",
-    "settle",
     "why",
 ]

@@ -1,63 +1,12 @@
-"""Names: the top level holds what an app writes, one meaning per word, and nothing that was
-never released is kept under an old name."""
+"""Tool admission has one question and one answer type, and a few names that mean one thing:
+``admit`` (runners and stacks alike), a digression's ``then``, a value's ``source_of``."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-import slateflow
 from slateflow import Flow, State, Step, is_true, once
 from slateflow.flow import Digression, FlowRunner, FlowStack
-
-
-def test_the_top_level_holds_at_most_50_names_and_each_imports() -> None:
-    assert len(slateflow.__all__) <= 50
-    assert len(set(slateflow.__all__)) == len(slateflow.__all__)
-    for name in slateflow.__all__:
-        assert getattr(slateflow, name) is not None
-    exec("from slateflow import *", {})
-
-
-@pytest.mark.parametrize(
-    ("module", "name"),
-    [
-        ("slateflow", "Dispatch"),
-        ("slateflow", "Mutation"),
-        ("slateflow", "Trigger"),
-        ("slateflow", "call"),
-        ("slateflow", "guards"),
-        ("slateflow.resolve", "Dispatch"),
-        ("slateflow.resolve", "ToolClaim"),
-        ("slateflow.state", "Mutation"),
-        ("slateflow.state", "Trigger"),
-        ("slateflow.state.when", "Trigger"),
-        ("slateflow.conversation", "Rule"),
-        ("slateflow.conversation.promotion", "Rule"),
-        ("slateflow.flow", "Resume"),
-    ],
-)
-def test_a_name_that_was_never_released_is_not_kept_as_an_alias(module: str, name: str) -> None:
-    with pytest.raises(AttributeError):
-        getattr(importlib.import_module(module), name)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "slateflow.deprecation",
-        "slateflow.guards",
-        "slateflow.resolve.dialog",
-        "slateflow.resolve.tools",
-        "slateflow.resolve.conversation_aliases",
-        "slateflow.state.aliases",
-        "slateflow.flow.aliases",
-    ],
-)
-def test_a_module_of_old_names_is_gone(module: str) -> None:
-    with pytest.raises(ImportError):
-        importlib.import_module(module)
 
 
 def runner() -> FlowRunner:
