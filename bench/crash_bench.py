@@ -2,7 +2,7 @@
 
 Run: ``python bench/crash_bench.py`` (``--runs N``, default 300; ``--quick`` runs 20).
 
-Each round runs the 10-step durable booking flow of ``tests/crash_worker.py`` in a forked
+Each round runs the 10-step durable booking flow of ``tests/stores/crash_worker.py`` in a forked
 process, SIGKILLs it a random time in (batch durability, every fifth round sync), checks the
 file it left (no acknowledged write lost, no half-applied batch, finished resolvers ran exactly
 once), resumes it in a new process and checks the end equals an uninterrupted run. Any failed
@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "stores"))
 
 import crash_worker
 

@@ -2,13 +2,14 @@
 
 Run: ``python bench/recognizer_bench.py`` (add ``--quick`` for a fast smoke run, as CI does).
 
-For each category of tests/data/spoken.jsonl (times, dates, both, party sizes, yes/no) it prints
-how many utterances were read right, how many wrong values came with confidence >= 0.9, and the
-cost per utterance with every memoised reading forgotten first (a recognizer reads a new turn
-once; the cache only helps the other fields of the same turn). The redaction corpus
-(tests/data/redaction.jsonl) is timed the same way. When dateparser is installed
-(``pip install dateparser``), its ``search_dates`` runs over the same date and time utterances
-as a peer. Targets (issue): >= 97 % correct, no wrong value at >= 0.9, <= 50 us per utterance.
+For each category of tests/conversation/data/spoken.jsonl (times, dates, both, party sizes,
+yes/no) it prints how many utterances were read right, how many wrong values came with
+confidence >= 0.9, and the cost per utterance with every memoised reading forgotten first (a
+recognizer reads a new turn once; the cache only helps the other fields of the same turn). The
+redaction corpus (tests/conversation/data/redaction.jsonl) is timed the same way. When
+dateparser is installed (``pip install dateparser``), its ``search_dates`` runs over the same
+date and time utterances as a peer. Targets (issue): >= 97 % correct, no wrong value at
+>= 0.9, <= 50 us per utterance.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from datetime import UTC
 from datetime import datetime as _dt
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "conversation"))
 
 from slateflow.conversation.recognizers.words import clear_caches
 from spoken_corpus import NOW, Case, load, reader, score
+
+CORPORA = Path(__file__).resolve().parents[1] / "tests" / "conversation" / "data"
 
 
 def time_cases(cases: list[Case], passes: int) -> float:
@@ -61,7 +64,7 @@ def time_dateparser(cases: list[Case], passes: int) -> float | None:
 
 
 def time_redaction(passes: int) -> tuple[int, float] | None:
-    path = Path(__file__).resolve().parents[1] / "tests" / "data" / "redaction.jsonl"
+    path = CORPORA / "redaction.jsonl"
     if not path.exists():
         return None
     import json

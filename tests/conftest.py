@@ -37,3 +37,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("corpus reports")
         for line in _REPORTS:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # One marker for every hypothesis test, wherever it lives: `pytest -m properties`.
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.properties)

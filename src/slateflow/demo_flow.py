@@ -38,7 +38,7 @@ from .flow import (
     run,
     signals,
 )
-from .resolve import ManualClock, Resolver, Session
+from .resolve import ManualClock, Mode, Resolver, Session
 from .state import State
 
 __all__ = ["Narrator", "availability", "booking_flow", "extractors", "run_flow_demo"]
@@ -46,9 +46,9 @@ __all__ = ["Narrator", "availability", "booking_flow", "extractors", "run_flow_d
 Out = Callable[[str], object]
 
 
-def booking_flow(lookup: Resolver) -> Flow:
-    """Collect a slot, check availability in the background, confirm or offer another time,
-    commit the booking once."""
+def booking_flow(lookup: Resolver, *, mode: Mode = "background") -> Flow:
+    """Collect a slot, check availability (in the background unless ``mode`` says otherwise),
+    confirm or offer another time, commit the booking once."""
     return Flow(
         "booking",
         [
@@ -62,7 +62,7 @@ def booking_flow(lookup: Resolver) -> Flow:
                 "check",
                 after=["slot"],
                 done=any_(resolved("availability"), failed("availability")),
-                on_enter=run(lookup, "background"),
+                on_enter=run(lookup, mode),
                 posture="Tell the caller you are checking the book.",
             ),
             Step(

@@ -309,4 +309,3 @@ def check_options(
     for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
         if type(limit) is not int or limit < 1:
             raise ValueError(f"{name} must be a positive int, got {limit!r}")
-

@@ -592,4 +592,3 @@ class Conversation:
     def __repr__(self) -> str:
         turns = sum(1 for t in self._transcript if t.speaker == "user")
         return f"<Conversation: {turns} user turns, {len(self.inbox)} waiting>"
-

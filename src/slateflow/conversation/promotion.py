@@ -105,4 +105,3 @@ def true_only() -> Promotion:
 def non_empty() -> Promotion:
     """Write only a value that is not empty (no ``None``, ``""``, ``[]`` or ``{}``)."""
     return Promotion("non_empty")
-

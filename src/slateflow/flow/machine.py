@@ -45,6 +45,7 @@ def evaluating(facts: Any) -> Holds:
 
     return holds
 
+
 # Progress flags in Machine.dirty: which flow keys a transition changed.
 ACTIVE, DONE, COMPLETE, RECORD, TOLD, OVER = 1, 2, 4, 8, 16, 32
 

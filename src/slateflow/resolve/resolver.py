@@ -450,4 +450,3 @@ class Resolver:
 
     def __repr__(self) -> str:
         return f"Resolver.{self.kind}({self.name!r})"
-

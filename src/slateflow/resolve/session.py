@@ -371,4 +371,3 @@ class Session:
     def __repr__(self) -> str:
         state = "open" if self.runtime.open else "closed"
         return f"<Session {state}, {self._scheduler.count} runs>"
-

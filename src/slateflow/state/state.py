@@ -595,4 +595,3 @@ class State:
 
     def __repr__(self) -> str:
         return f"<State {len(self._entries)} keys, seq {self._engine.seq}>"
-

@@ -94,4 +94,3 @@ def became_false() -> Transition:
 def custom(fn: Callable[[Any, Any], bool], description: str | None = None) -> Transition:
     """Your own predicate over ``(old, new)``."""
     return Transition(fn, description or f"custom({getattr(fn, '__name__', 'fn')})")
-

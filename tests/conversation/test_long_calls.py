@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from builders import conversation_on, session_on
 from slateflow import Conversation, ManualClock, Resolver, Scheduling, Session, State
 from slateflow.conversation import Extract, Inbox, LLMExtractor, party_size
 from slateflow.errors import ExtractDefinitionError
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_the_transcript_keeps_the_last_turns_and_numbering_goes_on() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session, max_transcript=5)
         for n in range(1, 13):
             await conversation.user_turn(f"turn {n}")
@@ -52,8 +53,7 @@ async def test_cancelled_turns_are_bounded_too() -> None:
         async def on_tool(self, session: Session, tool: str) -> None: ...
         async def on_step_change(self, session: Session, since: int) -> None: ...
 
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, max_transcript=3)
+    async with conversation_on(state, max_transcript=3) as conversation:
         conversation.add_extractor(Stall())
         for n in range(8):
             Stall.started = anyio.Event()

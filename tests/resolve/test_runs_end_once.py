@@ -38,6 +38,8 @@ from slateflow.errors import DispatchRejectedError, ResolverCancelledError, Reso
 from slateflow.resolve import BackgroundResult, Run
 from slateflow.state import Change
 
+pytestmark = pytest.mark.chaos
+
 NAMES = ("n0", "n1", "n2", "n3")
 POLICIES = ("latest", "queue", "parallel", "reject")
 TERMINAL = frozenset({"done", "error", "cancelled"})

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from builders import conversation_on
 from helpers import run_threads
 from slateflow import (
     Conversation,
@@ -245,8 +246,7 @@ async def test_background_on_enter_queues_the_outcome_with_its_scheduling_hint(
     state = State(clock=clock)
     source = Source({"open": False, "alternative": "19:30"}, clock=clock, delay=1)
     lookup = Resolver.fetch("availability", source)
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(
             lookup_flow(lookup, "background", scheduling=scheduling.value)
         )
@@ -291,8 +291,7 @@ async def test_background_on_enter_hands_the_outcome_to_its_deliver_callable(
     else:
         deliver = received.append
     lookup = Resolver.fetch("availability", Source({"open": True}, clock=clock, delay=1))
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(
             lookup_flow(lookup, "background", scheduling="interrupt", deliver=deliver)
         )
@@ -440,8 +439,7 @@ async def test_on_enter_fires_once_per_activation_not_again_on_a_gate_flicker(
     clock = ManualClock()
     state = State(clock=clock)
     source = Source()
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(gated_flow(Resolver.fetch("work", source), mode))
         await clock.advance(0)
         assert runner.active_steps == []
@@ -543,8 +541,7 @@ async def test_a_step_already_done_when_reached_is_not_entered_and_runs_nothing(
     state = State(clock=clock)
     source = Source()
     lookup = Resolver.fetch("availability", source)
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(lookup_flow(lookup, mode))
         state.set("availability:result", {"open": True})  # known before the step is reached
         state.set("go", True)
@@ -613,8 +610,7 @@ async def test_a_failing_resolver_writes_its_error_and_the_flow_branches_on_fail
             ),
         ],
     )
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(flow)
         state.set("go", True)
         await clock.advance(1)
@@ -1388,8 +1384,7 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
     clock = ManualClock()
     state = State(clock=clock)
     asked: list[str] = []
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(booking_flow(availability(clock, asked)))
 
         # Turn 1: nothing known yet.
@@ -1475,8 +1470,7 @@ async def test_voice_booking_with_the_time_open_confirms_and_skips_the_offer() -
     clock = ManualClock()
     state = State(clock=clock)
     asked: list[str] = []
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(booking_flow(availability(clock, asked)))
         state.update({"booking:date": "Friday", "booking:time": "18:00"})
         assert runner.active_steps == ["check"]
@@ -1510,8 +1504,7 @@ async def test_voice_booking_a_caller_changing_the_slot_rechecks_availability() 
         constraints=[*base.constraints, reset("slot").when(is_true("caller:changed_mind"))],
         ambient=list(base.ambient),
     )
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(flow)
         state.update({"booking:date": "Friday", "booking:time": "18:00"})
         await clock.advance(0.4)
@@ -1575,8 +1568,7 @@ async def test_asyncio_background_on_enter_and_a_timed_out_wait() -> None:
     clock = ManualClock()
     state = State(clock=clock)
     source = Source({"open": True}, clock=clock, delay=2)
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(
             lookup_flow(Resolver.fetch("availability", source), "background")
         )

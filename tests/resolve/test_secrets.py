@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from builders import conversation_on
 from slateflow import Conversation, Flow, ManualClock, Resolver, Session, State, Step, is_set
 from slateflow.resolve import BackgroundResult
 
@@ -114,8 +115,7 @@ async def test_a_key_made_secret_after_the_flow_started_drops_the_line_not_the_t
             )
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(plan)
         state.policy("card:*", secret=True)
         ctx = await conversation.user_turn("go ahead")

@@ -1,10 +1,12 @@
-"""The labelled corpus of what callers say (tests/data/spoken.jsonl) and how a reading is scored.
+"""The labelled corpus of what callers say (tests/conversation/data/spoken.jsonl) and how a
+reading is scored.
 
 Each line is ``{"category", "text", "expect", "options"?}``, read against a fixed moment
 (Wednesday 11 June 2025, 10:00 UTC) by a restaurant open 11:00-23:00 (the default business
 hours). Categories: ``time``, ``date`` and ``datetime`` (the parts named by the category must
 match; ``null`` means that part must not be read), ``party_size`` and ``yes_no`` (the value,
-``null`` meaning nothing). Used by tests/test_spoken_corpus.py and bench/recognizer_bench.py.
+``null`` meaning nothing). Used by tests/conversation/test_spoken_corpus.py and
+bench/recognizer_bench.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from slateflow import Change, State
 from slateflow.errors import VersionConflictError
 from slateflow.state import MemorySink
 
+pytestmark = pytest.mark.threads
+
 
 def test_concurrent_modify_never_loses_an_increment() -> None:
     state = State(journal_size=0)

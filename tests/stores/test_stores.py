@@ -37,7 +37,7 @@ from slateflow.stores import CheckpointStore, MemoryStore, SQLiteStore, Store
 from slateflow.stores.digests import commit_digest
 from slateflow.stores.sqlite import STORE_FORMAT_VERSION
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "slateflow"
+SRC = Path(__file__).resolve().parents[2] / "src" / "slateflow"
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -1,18 +1,34 @@
-"""The booking flow the tests share, and its variations.
+"""What the tests build again and again: the booking flow and its variants, a session on a
+manual clock and a conversation on it.
 
 A caller books a table: ``ask`` (the party size, ``b:size``) -> ``confirm`` (a yes, ``b:ok``) ->
 ``book`` -> ``bye``. Tests vary it by keyword (postures, tools, a terminal ``book``, no
 ``confirm``) instead of writing their own copy; :func:`voice_booking` is the demo's full flow
-(slot, availability check in the background, offer or confirm, a once-only booking).
+(slot, availability check in the background or another mode, offer or confirm, a once-only
+booking). :func:`session_on` and :func:`conversation_on` open what a test talks to, on a
+:class:`ManualClock` unless given another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
-from slateflow import Flow, ManualClock, Resolver, Step, captured, is_true
+from slateflow import (
+    Conversation,
+    Flow,
+    ManualClock,
+    Resolver,
+    Session,
+    State,
+    Step,
+    captured,
+    is_true,
+)
 from slateflow.demo_flow import availability, booking_flow
 from slateflow.flow import Constraint, Guard
+from slateflow.resolve import Mode
 
 ASK = "Ask how many people."
 READ_BACK = "Read the booking back and ask for a yes."
@@ -73,6 +89,34 @@ def booking(
     return Flow("booking", steps, list(constraints))
 
 
-def voice_booking(lookup: Resolver | None = None, clock: ManualClock | None = None) -> Flow:
-    """The demo's full booking flow (``slateflow.demo_flow.booking_flow``)."""
-    return booking_flow(lookup if lookup is not None else availability(clock or ManualClock()))
+def voice_booking(
+    lookup: Resolver | None = None, clock: ManualClock | None = None, *, mode: Mode = "background"
+) -> Flow:
+    """The demo's full booking flow (``slateflow.demo_flow.booking_flow``): ``slot`` ->
+    ``check`` (runs ``lookup`` in ``mode``; default the demo's availability on ``clock``) ->
+    ``offer`` or ``confirm`` -> ``book`` (``book_table``, once, after the yes) -> ``goodbye``;
+    ``sorry`` (a transfer) when the lookup fails."""
+    lookup = lookup if lookup is not None else availability(clock or ManualClock())
+    return booking_flow(lookup, mode=mode)
+
+
+@contextlib.asynccontextmanager
+async def session_on(
+    state: State | None = None, clock: ManualClock | None = None, **options: Any
+) -> AsyncIterator[Session]:
+    """A started Session on ``clock`` (a new ManualClock by default) over ``state`` (a new State
+    on the same clock by default); ``options`` go to the Session. Closed when the block ends."""
+    clock = clock if clock is not None else ManualClock()
+    state = state if state is not None else State(clock=clock)
+    async with Session(state, clock=clock, **options) as session:
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def conversation_on(
+    state: State | None = None, clock: ManualClock | None = None, **options: Any
+) -> AsyncIterator[Conversation]:
+    """The conversation of a :func:`session_on` session; ``options`` go to the Conversation
+    (``tools``, ``on_delivery``, ...). The session is ``conversation.session``."""
+    async with session_on(state, clock) as session:
+        yield Conversation(session, **options)

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from slateflow import Conversation, ManualClock, Resolver, Session, State, run
+from builders import conversation_on
+from slateflow import Resolver, State, run
 from slateflow.conversation import Trigger, keep_known, non_empty, overwrite, true_only
 from slateflow.conversation.llm_extract import SYSTEM, LLMExtractor
 from slateflow.errors import ExtractDefinitionError
@@ -544,8 +545,7 @@ async def test_in_a_session_with_triggers_and_on_complete() -> None:
         on_complete=run(Resolver.function("lookup", lookup), "call"),
     )
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.add_extractor(extractor)
         await conversation.user_turn("Saturday")
         assert llm.requests == []  # every 2nd turn only
@@ -567,8 +567,7 @@ async def test_a_failed_llm_in_a_session_costs_nothing_but_its_values() -> None:
     llm = ScriptedLLM([RuntimeError("down"), '{"date": "Sunday"}'])
     extractor = booking(llm)
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.add_extractor(extractor)
         await conversation.user_turn("Sunday")
         assert "booking:date" not in state

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from booking import ASK, READ_BACK
-from booking import booking as shared_booking
+from builders import ASK, READ_BACK, conversation_on, session_on
+from builders import booking as shared_booking
 from slateflow import (
     Conversation,
     Digression,
@@ -160,8 +160,7 @@ async def test_told_is_cleared_when_the_step_is_entered_again() -> None:
         ],
         constraints=[reset("ask").when(is_true("b:changed"))],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(plan)
         state.set("b:size", 4)
         conversation.context_now().handed_over()
@@ -196,8 +195,7 @@ async def test_a_flow_step_can_wait_for_its_own_question_to_be_told() -> None:
             Step("book", after=["confirm"], terminal=True),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(plan)
         state.update({"b:size": 4, "b:ok": True})  # a yes heard before the question
         assert runner.active_steps == ["confirm"]
@@ -270,8 +268,7 @@ async def test_a_context_is_settled_once() -> None:
 
 
 async def test_full_prompt_has_every_line_and_prompt_only_the_new_ones() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on() as conversation:
         conversation.run_flow(booking())
         first = await conversation.user_turn("hi")
         again = await conversation.user_turn("hmm")
@@ -283,7 +280,7 @@ async def test_full_prompt_has_every_line_and_prompt_only_the_new_ones() -> None
 async def test_a_result_the_bot_was_cut_off_from_saying_is_redelivered() -> None:
     pushed: list[BackgroundResult] = []
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session, on_delivery=pushed.append)
         session.background(
             Resolver.fetch("tables", fake_fetch(returns={"free": 2})),
@@ -327,8 +324,7 @@ async def test_what_the_agent_said_joins_the_transcript_and_confirms_its_context
 
 async def test_extractors_never_read_what_the_agent_said() -> None:
     seen: list[Any] = []
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on() as conversation:
         conversation.add_extractor(
             Extract("size").field("n", integer_near(["people"])).window(3).build()
         )
@@ -362,7 +358,7 @@ class _Probe:
 async def test_the_loop_is_told_when_a_result_waits_between_turns() -> None:
     waiting: list[str] = []
     fetch = fake_fetch()
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
         session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
@@ -386,7 +382,7 @@ async def test_waiting_for_a_delivery_times_out_on_the_session_clock() -> None:
 
 async def test_a_silent_result_does_not_wake_the_loop() -> None:
     waiting: list[str] = []
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
         session.background(
             Resolver.fetch("log", fake_fetch(returns=1)), conversation.deliver, scheduling="silent"
@@ -406,7 +402,7 @@ async def interrupt_lookup() -> AsyncIterator[tuple[Conversation, Any, list[str]
     in flight; yields the session, the fake and the names spoken at once (on_delivery)."""
     pushed: list[str] = []
     fetch = fake_fetch()
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session, on_delivery=lambda r: pushed.append(r.name))
         session.background(
             Resolver.fetch("tables", fetch), conversation.deliver, scheduling="interrupt"
@@ -462,7 +458,7 @@ async def test_a_false_alarm_speaks_the_held_result_at_once() -> None:
 
 async def test_a_context_dropped_by_an_interruption_loses_nothing() -> None:
     fetch = fake_fetch()
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session)
         conversation.add_extractor(slot())
         runner = conversation.run_flow(booking())
@@ -481,7 +477,7 @@ async def test_a_context_dropped_by_an_interruption_loses_nothing() -> None:
 
 async def test_a_loop_waiting_for_a_result_wakes_when_it_lands() -> None:
     fetch = fake_fetch()
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session)
         session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]
@@ -501,7 +497,7 @@ async def test_a_loop_waiting_for_a_result_wakes_when_it_lands() -> None:
 async def test_a_loop_is_not_woken_for_results_held_for_the_callers_coming_turn() -> None:
     waiting: list[str] = []
     fetch = fake_fetch()
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session, on_waiting=lambda r: waiting.append(r.name))
         session.background(Resolver.fetch("tables", fetch), conversation.deliver)
         await session.clock.advance(0)  # type: ignore[attr-defined]

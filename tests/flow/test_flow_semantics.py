@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from builders import session_on
 from slateflow import Conversation, Flow, Session, State, Step, edge, is_set, is_true
 from slateflow.errors import FlowDefinitionError, FlowFormatError, GuardFormatError
 from slateflow.flow import (
@@ -31,7 +32,6 @@ from slateflow.flow import (
     require,
     reset,
 )
-from slateflow.resolve.clock import ManualClock
 from slateflow.stores import MemoryStore
 
 # -- numeric comparisons ------------------------------------------------------------------------
@@ -376,7 +376,7 @@ async def test_a_flow_stack_has_the_waits_of_a_flow() -> None:
     state = State()
     main = Flow("main", [Step("a", done=is_true("a")), Step("b", after=["a"], done=is_true("b"))])
     stack = FlowStack(main, [Digression("faq", is_true("ask:faq"), faq())])
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         runner = conversation.run_flow(stack)
         assert await runner.wait_for_step("a") is Verdict.ACTIVE
@@ -403,7 +403,7 @@ async def test_a_flow_stack_wait_times_out_with_an_explanation() -> None:
     state = State()
     main = Flow("main", [Step("a", done=is_true("a"))])
     stack = FlowStack(main, [Digression("faq", is_true("ask:faq"), faq())])
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         runner = stack.start(session)
         with pytest.raises(WaitTimeoutError, match="main"):
             await runner.wait_complete(timeout=3)

@@ -1,6 +1,7 @@
 """What the model and the logs are told stays masked: the labelled redaction corpus
-(tests/data/redaction.jsonl) of planted secrets (cards, security codes, expiry dates, e-mails,
-IBANs, phone numbers, written or spoken) and ordinary booking talk that must pass unchanged.
+(tests/conversation/data/redaction.jsonl) of planted secrets (cards, security codes, expiry
+dates, e-mails, IBANs, phone numbers, written or spoken) and ordinary booking talk that must
+pass unchanged.
 
 Both rates are shown in the run's summary ("corpus reports").
 """
@@ -15,8 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import session_on
 from conftest import report
-from slateflow import Conversation, ManualClock, Session, State
+from slateflow import Conversation
 from slateflow.conversation import (
     CARD,
     EMAIL,
@@ -29,6 +31,8 @@ from slateflow.conversation import (
     luhn_valid,
     redact,
 )
+
+pytestmark = pytest.mark.corpus
 
 ENDING_1111 = CARD.format(last4="1111")
 ROWS = [
@@ -119,7 +123,7 @@ def test_a_bad_pattern_is_refused_when_the_redactor_is_built(
 
 @pytest.mark.anyio
 async def test_a_session_redacts_each_turn_with_its_own_redactor() -> None:
-    async with Session(State(), clock=ManualClock()) as s:
+    async with session_on() as s:
         conversation = Conversation(s, redact=Redactor(keep=[r"PN-\d+"]))
         turn = await conversation.user_turn("my policy is PN-48213377, card 4111111111111111")
     assert turn.turn.text == "my policy is PN-48213377, card [card ending 1111]"

@@ -1,5 +1,6 @@
-"""What callers say, read right: the labelled corpus (tests/data/spoken.jsonl) of times, dates,
-party sizes and yes/no answers, in US and UK phrasings, with fillers and self-corrections.
+"""What callers say, read right: the labelled corpus (tests/conversation/data/spoken.jsonl) of
+times, dates, party sizes and yes/no answers, in US and UK phrasings, with fillers and
+self-corrections.
 
 The accuracy per category is shown in the run's summary ("corpus reports").
 """
@@ -12,6 +13,8 @@ import pytest
 
 from conftest import report
 from spoken_corpus import Outcome, load, score
+
+pytestmark = pytest.mark.corpus
 
 CASES = load()
 

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from booking import booking as shared_booking
+from builders import booking as shared_booking
+from builders import conversation_on, session_on
 from slateflow import (
     Conversation,
     Digression,
     Flow,
     FlowStack,
-    ManualClock,
-    Session,
     State,
     Step,
     is_true,
@@ -44,8 +43,7 @@ async def terminated(conversation: Conversation, **options: Any) -> Any:
 
 
 async def test_after_termination_explain_shows_no_active_step_and_every_tool_refused() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(tools=TOOLS) as conversation:
         runner, _ = await terminated(conversation)
         await conversation.user_turn("bye")
         why = runner.explain()
@@ -59,8 +57,7 @@ async def test_after_termination_explain_shows_no_active_step_and_every_tool_ref
 
 
 async def test_in_observe_mode_a_tool_called_after_the_end_is_recorded_as_a_violation() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(tools=TOOLS) as conversation:
         runner, _ = await terminated(conversation, enforcement="observe")
         admission = runner.admit("book_table")
         assert admission.allowed
@@ -78,7 +75,7 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
 
     signals.flow_over.connect(hang_up)
     try:
-        async with Session(State(), clock=ManualClock()) as session:
+        async with session_on() as session:
             conversation = Conversation(session, tools=TOOLS)
             runner, goodbye = await terminated(conversation)
             assert runner.is_terminated  # already true on the goodbye turn ...
@@ -95,8 +92,7 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
 
 async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(booking())
         state.update({"b:size": 2, "b:booked": True})
         assert runner.is_complete
@@ -112,8 +108,7 @@ async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> 
 
 async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack())
         state.update({"b:size": 2, "b:booked": True})
         await conversation.user_turn("thanks")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from builders import conversation_on, session_on
 from slateflow import Flow, ManualClock, Resolver, Session, State, Step, VoiceTiming, is_set, once
 from slateflow.conversation import Conversation, Extract, integer_near
 from slateflow.errors import SessionError
@@ -36,19 +37,18 @@ def booking() -> Flow:
 
 
 async def test_a_session_carries_one_conversation() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session, tools=["book_table"])
         assert conversation.state is session.state
         assert conversation.session is session
         with pytest.raises(SessionError, match="already has a conversation"):
             Conversation(session)
-    async with Session(State(), clock=ManualClock()) as other:
+    async with session_on() as other:
         Conversation(other)  # another session, another call
 
 
 async def test_the_conversations_options_shape_its_turns() -> None:
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=["lookup"], redact=None)
+    async with conversation_on(tools=["lookup"], redact=None) as conversation:
         assert conversation.tools == ("lookup",)
         assert conversation.redact is None
         ctx = await conversation.user_turn("card 4111 1111 1111 1111")
@@ -69,7 +69,7 @@ async def test_a_conversation_made_before_the_session_opens_works_once_it_does()
 async def test_a_voice_adapter_needs_only_the_conversation() -> None:
     state = State()
     spoken: list[str] = []
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(
             session, tools=["book_table"], on_delivery=lambda r: spoken.append(r.name)
         )
@@ -108,8 +108,7 @@ async def test_extractors_read_the_conversations_transcript() -> None:
         async def on_tool(self, conversation: Any, tool: str) -> None: ...
         async def on_step_change(self, conversation: Any, since: int) -> None: ...
 
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on() as conversation:
         conversation.add_extractor(Probe())
         await conversation.user_turn("one")
     assert seen == [(conversation, ["one"])]
@@ -119,7 +118,7 @@ async def test_background_results_delivered_to_the_conversation_wait_in_its_inbo
     async def tables(state: State) -> dict[str, int]:
         return {"free": 2}
 
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session)
         session.background(Resolver.fetch("tables", tables), conversation.deliver)
         await session.wait_idle()
@@ -133,7 +132,7 @@ async def test_a_background_result_nobody_delivers_stays_in_the_state_only() -> 
     async def tables(state: State) -> dict[str, int]:
         return {"free": 2}
 
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         conversation = Conversation(session)
         ack = session.background(Resolver.fetch("tables", tables))
         assert ack == {"status": "running", "resolver": "tables"}
@@ -149,7 +148,7 @@ async def test_a_conversation_needs_a_session() -> None:
 
 async def test_only_flows_run_by_the_conversation_govern_its_turns() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         apart = booking().start(session)  # runs in the session, governs no conversation
         ctx = await conversation.user_turn("hi")

@@ -17,7 +17,7 @@ import pytest
 from slateflow import Flow, ManualClock, Resolver, Session, State, fresh
 from slateflow.testing import ConversationScript, assert_provenance, fake_fetch
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")

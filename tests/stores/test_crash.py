@@ -27,6 +27,8 @@ import pytest
 
 import crash_worker
 
+pytestmark = pytest.mark.crash
+
 RUNS = 50
 TALLY: Counter[str] = Counter()
 

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from booking import ASK, BYE, READ_BACK
-from booking import booking as shared_booking
+from builders import ASK, BYE, READ_BACK, conversation_on, session_on
+from builders import booking as shared_booking
 from helpers import refusal
 from slateflow import (
     Conversation,
@@ -423,8 +423,7 @@ async def test_a_yes_said_before_the_read_back_is_not_re_read_when_confirm_is_en
     clock: ManualClock, state: State
 ) -> None:
     yes = answers(Trigger.every_turn(), Trigger.on_step_change())
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(yes)  # runs before the size is known ...
         conversation.add_extractor(sizes())  # ... which enters the confirm step
         runner = conversation.run_flow(booking())
@@ -449,8 +448,7 @@ async def test_a_yes_said_before_the_read_back_is_not_re_read_when_confirm_is_en
 async def test_without_on_step_change_the_early_yes_is_lost(
     clock: ManualClock, state: State
 ) -> None:
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(answers())
         conversation.add_extractor(sizes())
         runner = conversation.run_flow(booking())
@@ -463,8 +461,7 @@ async def test_without_on_step_change_the_early_yes_is_lost(
 @pytest.mark.anyio
 async def test_on_step_change_alone_does_not_run_on_turns(clock: ManualClock, state: State) -> None:
     yes = answers(Trigger.on_step_change())
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(sizes())
         conversation.add_extractor(yes)
         runner = conversation.run_flow(booking())
@@ -566,8 +563,7 @@ async def test_on_complete_dispatch_does_not_hold_the_turn(
             Step("offer", after=["collect"], terminal=True, posture="Offer."),
         ],
     )
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
@@ -593,8 +589,7 @@ async def test_on_complete_background_result_reaches_the_next_turn(
     clock: ManualClock, state: State
 ) -> None:
     check = fake_fetch()
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(
             Extract("slots")
             .field("size", integer_near(["people"]))
@@ -1046,8 +1041,7 @@ async def test_flow_background_actions_come_through_the_turn_context(
             Step("answer", after=["check"], terminal=True, posture="Give the answer."),
         ],
     )
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         runner = conversation.run_flow(plan)
         state.set("go", True)
         ctx = await conversation.user_turn("can you check?")
@@ -1610,7 +1604,7 @@ async def test_two_parallel_steps_of_one_flow_merge_and_the_key_goes_with_them(
             Step("c", after=["a", "b"], done=is_true("c")),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.run_flow(plan)
         ctx = await conversation.user_turn("hi")
@@ -1630,7 +1624,7 @@ async def test_two_parallel_steps_of_one_flow_merge_and_the_key_goes_with_them(
 @pytest.mark.anyio
 async def test_the_timing_key_is_written_only_when_it_changes(state: State) -> None:
     plan = Flow("t", [Step("a", done=is_true("a"), timing=VoiceTiming(end_of_speech_ms=600))])
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.run_flow(plan)
         await conversation.user_turn("one")
@@ -1676,25 +1670,12 @@ async def test_user_turn_under_pytest_asyncio_with_the_plugin_fixture(
 
 
 def booking_plan() -> Flow:
-    return Flow(
-        "booking",
-        [
-            Step(
-                "ask",
-                done=captured("b:size"),
-                posture="Ask how many people.",
-                ground="Size: {b:size?known:unknown}.",
-            ),
-            Step(
-                "confirm",
-                after=["ask"],
-                done=is_true("b:ok"),
-                posture="Ask for a yes.",
-                ground="Booking for {b:size}.",
-            ),
-            Step("book", after=["confirm"], done=called_ok("book"), allow=["book"]),
-            Step("bye", after=["book"], terminal=True, posture="Say goodbye."),
-        ],
+    """The shared booking with grounds: 'book' is a commit tool refused until the yes, and the
+    flow needs book and bye done."""
+    return shared_booking(
+        grounds=True,
+        book_tools=("book",),
+        book_done=called_ok("book"),
         constraints=[commit("book", until=is_true("b:ok")), require("book", "bye")],
     )
 
@@ -1803,8 +1784,7 @@ async def test_bad_arguments_are_refused() -> None:
 @pytest.mark.anyio
 async def test_extractors_run_each_turn_with_provenance() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         extractor = size_extractor()
         conversation.add_extractor(extractor)
         await conversation.user_turn("hello")
@@ -1897,8 +1877,7 @@ async def test_on_step_change_rereads_only_what_was_said_after_the_question(
             Step("book", after=["confirm"], terminal=True),
         ],
     )
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(answer.build())
         conversation.add_extractor(size_extractor())
         runner = conversation.run_flow(plan)
@@ -1937,8 +1916,7 @@ async def test_on_complete_in_call_mode_is_seen_by_the_flow_on_the_same_turn() -
             Step("next", after=["ask"], terminal=True, posture="Next."),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.add_extractor(
             Extract("b")
             .field("size", integer_near(["people"]))
@@ -1966,8 +1944,7 @@ async def test_on_complete_dispatch_returns_at_once() -> None:
         await clock.sleep(5)
         return "done"
 
-    async with Session(state, clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state, clock) as conversation:
         conversation.add_extractor(
             Extract("b")
             .field("size", integer())
@@ -2012,13 +1989,13 @@ async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> N
         runner = conversation.run_flow(booking_plan())
         first = await conversation.user_turn("hi")
         assert first.postures == ("Ask how many people.",)
-        assert first.grounds == ("Size: unknown.",)
+        assert first.grounds == ("Party size: not given.",)
         assert first.unmet == ("book", "bye")
         assert first.tools == ("transfer",)
         assert set(first.refused) == {"book"}
         assert first.lines == (
             "Ask how many people.",
-            "Size: unknown.",
+            "Party size: not given.",
             "Before finishing, these still need to happen: book, bye.",
             "Tools you may call now: transfer.",
         )
@@ -2031,11 +2008,11 @@ async def test_the_context_tells_the_model_what_applies_and_drops_repeats() -> N
 
         sized = await conversation.user_turn("four people")
         assert runner.active_steps == ["confirm"]
-        assert sized.lines == ("Ask for a yes.", "Booking for 4.")
+        assert sized.lines == (READ_BACK, "Party of 4.")
 
         state.set("b:size", 5)
         changed = conversation.context_now()
-        assert changed.lines == ("Booking for 5.",)  # a changed ground is said again
+        assert changed.lines == ("Party of 5.",)  # a changed ground is said again
         assert changed.turn.number == 3  # between turns: the last turn
 
 
@@ -2111,8 +2088,7 @@ async def test_flow_background_actions_are_delivered_through_the_turn() -> None:
             Step("end", after=["wait"], terminal=True),
         ],
     )
-    async with Session(State(), clock=clock) as session:
-        conversation = Conversation(session)
+    async with conversation_on(clock=clock) as conversation:
         conversation.run_flow(plan)
         await clock.advance(1)
         ctx = await conversation.user_turn("hello")
@@ -2293,7 +2269,7 @@ async def test_voice_timing_of_active_steps_is_merged_and_published() -> None:
             Step("c", after=["a", "b"], done=is_true("c")),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.run_flow(plan)
         ctx = await conversation.user_turn("hi")
@@ -2379,8 +2355,7 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
     from slateflow.testing import ConversationScript
 
     faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
-    async with Session(State(), clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=["book"])
+    async with conversation_on(tools=["book"]) as conversation:
         conversation.add_extractor(size_extractor())
         conversation.add_extractor(
             Extract("topic").field_to("p", "turn:parking", one_of(["parking"])).build()
@@ -2398,9 +2373,9 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
         script.expect_refused("book")
         await script.user("two people")
         script.expect_step("confirm")
-        script.expect_told("Booking for 2.")
-        with pytest.raises(AssertionError, match="expected the model to be told 'Say goodbye"):
-            script.expect_told("Say goodbye")
+        script.expect_told("Party of 2.")
+        with pytest.raises(AssertionError, match="expected the model to be told 'Thank them"):
+            script.expect_told("Thank them")
         assert script.transcript == ["hi", "is there parking?", "two people"]
         assert len(script.contexts) == 3
 

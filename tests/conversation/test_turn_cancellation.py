@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import conversation_on, session_on
 from slateflow import (
     Conversation,
     Digression,
     Flow,
     FlowStack,
-    ManualClock,
     RepairPolicy,
     Resolver,
     Session,
@@ -96,7 +96,7 @@ async def cancelled_turn(conversation: Conversation, stall: Stall, text: str) ->
 async def test_a_cancelled_turn_leaves_no_turn_keys_and_the_next_turn_acts_on_its_own() -> None:
     state = State()
     stall = Stall()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.add_extractor(topics())  # writes turn:topic:parking
         conversation.add_extractor(stall)
@@ -117,8 +117,7 @@ async def test_a_cancelled_turn_leaves_no_turn_keys_and_the_next_turn_acts_on_it
 async def test_a_cancelled_turn_is_not_counted_by_repair() -> None:
     state = State()
     stall = Stall()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(plan())
         await conversation.user_turn("hmm")
         conversation.add_extractor(stall)
@@ -133,7 +132,7 @@ async def test_a_cancelled_turn_is_not_counted_by_repair() -> None:
 async def test_a_cancelled_turn_keeps_what_its_extractors_wrote_and_hands_nothing_over() -> None:
     state = State()
     stall = Stall()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.add_extractor(Extract("b").field("size", integer_near(["people"])).build())
         conversation.add_extractor(stall)
@@ -153,8 +152,7 @@ async def _answer(state: State) -> dict[str, int]:
 async def test_a_flow_that_raises_ends_the_turn_cleanly_and_the_error_reaches_the_caller() -> None:
     state = State()
     flow = Flow("f", [Step("listen", done=is_true("never"), posture="Listen.")])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(flow)
         calls: list[str] = []
         counted = runner.on_turn
@@ -191,7 +189,7 @@ def test_any_mix_of_completed_and_cancelled_turns_leaves_a_clean_call(
 ) -> None:
     async def main() -> None:
         state = State()
-        async with Session(state, clock=ManualClock()) as session:
+        async with session_on(state) as session:
             conversation = Conversation(session)
             conversation.add_extractor(topics())
             for i, cancel in enumerate(cancels):

@@ -19,6 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from builders import conversation_on, session_on
 from helpers import refusal
 from slateflow import (
     Conversation,
@@ -156,8 +157,7 @@ def ended(name: str) -> str:
 async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until_resumed() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         assert isinstance(runner, StackRunner)
         assert (state.get(OVERLAY_KEY), state.get(TERMINATED_KEY)) == (None, False)
@@ -216,8 +216,7 @@ async def test_a_digression_takes_the_floor_and_the_main_flow_stays_frozen_until
 async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         state.set("name", "Ann")
         ctx = await conversation.user_turn("I'm Ann")
@@ -239,8 +238,7 @@ async def test_resume_previous_continues_the_main_flow_mid_way_with_its_grounds(
 async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         state.set("name", "Ann")
         ctx = await conversation.user_turn("Ann")
@@ -276,8 +274,7 @@ async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind(
 async def test_a_trigger_still_holding_when_the_digression_ends_starts_it_again_at_once() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack)
         state.set("intent:faq", True)
         await conversation.user_turn("q")
@@ -307,7 +304,7 @@ async def test_restart_re_enters_steps_re_fires_on_enter_and_clears_repair_and_t
         size_repair=RepairPolicy(reprompt_after=2, escalate_after=9),
     )
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session, tools=TOOLS)
         runner = conversation.run_flow(FlowStack(main, [over]))
         await session.wait_idle()
@@ -348,7 +345,7 @@ async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
     state = State()
     name_count = Count("name_entered")
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session, tools=TOOLS)
         runner = conversation.run_flow(
             FlowStack(booking(name_enter=run(name_count.resolver)), [over])
@@ -369,8 +366,7 @@ async def test_restart_with_nothing_known_enters_the_first_step_again() -> None:
 async def test_restart_lets_known_facts_complete_their_steps_but_forgets_tool_calls() -> None:
     state = State()
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [over]))
         state.update({"name": "Ann", "size": 2})
         await conversation.user_turn("Ann, two")
@@ -397,8 +393,7 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
         "cancel", is_true("turn:cancel"), instant("bye", "Confirm the cancellation."), "terminate"
     )
     faq = Digression("faq", is_true("turn:faq"), side("faq"))
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [cancel, faq]))
         state.set("name", "Ann")
         await conversation.user_turn("Ann")
@@ -451,8 +446,7 @@ async def test_terminate_ends_the_call_on_the_closing_turn_and_governs_nothing_a
 async def test_terminate_in_observe_mode_admits_every_tool_with_a_violation() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:stop"), instant("bye", "Bye."), "terminate")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [cancel]), enforcement="observe")
         assert runner.enforcement is Enforcement.OBSERVE
         state.set("turn:stop", True)
@@ -473,8 +467,7 @@ async def test_digressions_are_one_level_deep() -> None:
     state = State()
     faq = Digression("faq", is_true("turn:faq"), side("faq"))
     cancel = Digression("cancel", is_true("cancel"), instant("cancel", "Bye."), "terminate")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [faq, cancel]))
         state.set("turn:faq", True)
         await conversation.user_turn("question")
@@ -504,8 +497,7 @@ async def test_digressions_are_one_level_deep() -> None:
 async def test_the_first_matching_digression_in_order_wins(order: tuple[str, str]) -> None:
     state = State()
     digressions = [Digression(n, is_true("turn:both"), side(n)) for n in order]
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), digressions))
         state.set("turn:both", True)
         ctx = await conversation.user_turn("x")
@@ -532,8 +524,7 @@ async def test_a_digression_starting_on_the_turn_main_would_escalate_holds_main_
         ],
     )
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(main, [hours]))
         ctx = await conversation.user_turn("uh")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
@@ -556,8 +547,7 @@ async def test_a_write_that_advances_main_before_the_trigger_is_kept() -> None:
     # the turn, so what was written before that turn has already moved it.
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "turn:faq": True})
         ctx = await conversation.user_turn("Ann here, quick question")
@@ -571,8 +561,7 @@ async def test_a_write_that_advances_main_before_the_trigger_is_kept() -> None:
 async def test_a_digression_complete_on_its_entry_turn_is_spoken_for_that_turn() -> None:
     state = State()
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [hours]))
         state.set("turn:hours", True)
         ctx = await conversation.user_turn("when do you open?")
@@ -594,7 +583,7 @@ async def test_the_same_digression_entered_twice_gets_a_fresh_runner(durable: bo
     state = State(store=MemoryStore()) if durable else State()
     asked = Count("faq_opened")
     faq = side("faq", on_enter=run(asked.resolver), done_key="turn:answered")
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         runner = conversation.run_flow(
             FlowStack(booking(), [Digression("faq", is_true("turn:q"), faq)])
@@ -670,8 +659,7 @@ async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marki
         # Starts only once the main flow has the caller's name.
         Digression("faq", all_(done("name"), is_true("turn:faq")), side("faq")),
     ]
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), digressions))
         state.set("turn:faq", True)
         with caplog.at_level("ERROR", logger="slateflow.flow"):
@@ -692,8 +680,7 @@ async def test_a_trigger_that_raises_is_skipped_and_triggers_read_the_main_marki
 async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
         await conversation.user_turn("Ann, two")
@@ -718,8 +705,7 @@ async def test_a_tool_run_during_a_digression_advances_main_when_it_resumes() ->
 async def test_observe_mode_reports_a_main_constraint_breach_during_a_digression() -> None:
     state = State()
     hours = Digression("hours", is_true("turn:hours"), instant("hours", "We open at nine."))
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [hours]), enforcement="observe")
         await conversation.tool_ok("book_table")
         state.set("turn:hours", True)
@@ -827,7 +813,7 @@ async def test_a_digression_flow_with_problems_is_reported_when_the_stack_starts
     bad = Flow("bad", [Step("a", after=["nowhere"], done=is_true("a"))])
     stack = FlowStack(booking(), [Digression("bad", is_true("x"), bad)])
     assert repr(stack) == "<FlowStack 'booking' + [bad]>"
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         with pytest.raises(FlowDefinitionError) as raised:
             stack.start(session)
     assert "flow 'bad' has 1 problem(s)" in str(raised.value)
@@ -854,8 +840,7 @@ def asking(policy: RepairPolicy, *, timing: VoiceTiming | None = None) -> Flow:
 @pytest.mark.parametrize("after", [1, 2, 3])
 async def test_reprompt_after_n_turns_stuck(after: int) -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(asking(RepairPolicy(reprompt_after=after, escalate_after=9)))
         seen = []
         for _ in range(4):
@@ -872,8 +857,7 @@ async def test_reprompt_after_n_turns_stuck(after: int) -> None:
 async def test_the_reprompt_line_is_the_steps_own_timing_text() -> None:
     state = State()
     timing = VoiceTiming(reprompt="Ask again: how many people?")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
         ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask again: how many people?",)
@@ -889,8 +873,7 @@ async def test_the_reprompt_line_is_the_steps_own_timing_text() -> None:
 async def test_a_timing_without_reprompt_text_reprompts_with_the_default() -> None:
     state = State()
     timing = VoiceTiming(end_of_speech_ms=500, interruptible=False)
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(asking(RepairPolicy(reprompt_after=1), timing=timing))
         ctx = await conversation.user_turn("um")
         assert ctx.reprompts == (DEFAULT_REPROMPT,)
@@ -901,8 +884,7 @@ async def test_a_timing_without_reprompt_text_reprompts_with_the_default() -> No
 async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor() -> None:
     state = State()
     policy = RepairPolicy(reprompt_after=1, escalate_after=3, escalate_to="human", flag="help")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(asking(policy))
         assert runner.active_steps == ["ask"]  # the target has no after: not started with it
         assert runner.verdict("human") is Verdict.PENDING
@@ -932,8 +914,7 @@ async def test_escalation_routes_to_the_target_and_never_to_the_normal_successor
 @pytest.mark.anyio
 async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         policy = RepairPolicy(reprompt_after=1, escalate_after=2, flag="help")
         runner = conversation.run_flow(asking(policy))
         await conversation.user_turn("um")
@@ -956,8 +937,7 @@ async def test_escalation_without_a_target_raises_the_keys_and_stays_on_the_step
 @pytest.mark.anyio
 async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         policy = RepairPolicy(reprompt_after=2, escalate_after=2, escalate_to="human")
         runner = conversation.run_flow(asking(policy))
         await conversation.user_turn("um")
@@ -975,8 +955,7 @@ async def test_tool_calls_writes_and_advances_are_not_turns() -> None:
 @pytest.mark.anyio
 async def test_the_reprompt_key_goes_false_when_the_step_completes() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(asking(RepairPolicy(reprompt_after=1, escalate_after=5)))
         await conversation.user_turn("um")
         assert state.get(reprompt_key("ask")) is True
@@ -1003,8 +982,7 @@ async def test_repair_keys_go_false_when_the_step_leaves_without_completing() ->
         ],
     )
     state.set("open", True)
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(flow)
         await conversation.user_turn("um")
         await conversation.user_turn("um")
@@ -1038,8 +1016,7 @@ async def test_a_reset_clears_the_repair_state_so_the_step_asks_again() -> None:
         ],
         constraints=[reset("ask").when(is_true("retry"))],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(flow)
         await conversation.user_turn("um")
         await conversation.user_turn("um")
@@ -1067,8 +1044,7 @@ async def test_a_reset_of_a_stuck_step_before_escalation_clears_its_reprompt() -
         [Step("ask", done=is_set("size"), repair=RepairPolicy(reprompt_after=2, escalate_after=3))],
         constraints=[reset("ask").when(is_true("retry"))],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(flow)
         await conversation.user_turn("um")
         await conversation.user_turn("um")
@@ -1099,8 +1075,7 @@ async def test_two_stuck_steps_each_get_their_reprompt_in_flow_order() -> None:
             Step("b", done=is_set("b"), repair=RepairPolicy(reprompt_after=2)),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(flow)
         ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Ask A again.",)
@@ -1129,8 +1104,7 @@ async def test_escalations_chain_and_a_target_does_not_count_its_entry_turn() ->
             Step("voicemail", terminal=True, posture="Offer voicemail."),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(flow)
         assert runner.active_steps == ["ask"]
         await conversation.user_turn("um")
@@ -1155,8 +1129,7 @@ async def test_escalations_chain_and_a_target_does_not_count_its_entry_turn() ->
 async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered: bool) -> None:
     state = State()
     policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="confirm")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(asking(policy))
         await conversation.user_turn("um")
         if answered:
@@ -1170,8 +1143,7 @@ async def test_escalating_to_the_normal_successor_reaches_it_either_way(answered
 @pytest.mark.anyio
 async def test_the_turn_a_step_is_entered_on_is_not_a_stuck_turn() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(
             booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=2))
         )
@@ -1230,7 +1202,7 @@ def test_repair_definition_errors() -> None:
 @pytest.mark.anyio
 async def test_an_unknown_escalation_target_is_reported_when_the_flow_starts() -> None:
     flow = Flow("f", [Step("a", done=is_true("a"), repair=RepairPolicy(escalate_to="ghost"))])
-    async with Session(State(), clock=ManualClock()) as session:
+    async with session_on() as session:
         with pytest.raises(FlowDefinitionError, match="escalates to unknown step 'ghost'"):
             flow.start(session)
 
@@ -1384,8 +1356,7 @@ async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None
             Digression("bye", is_true("turn:bye"), bye, "terminate"),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack)
         ctx = await conversation.user_turn("hello")
         both = {"reprompt_after_ms": 5000, "interruptible": False, "end_of_speech_ms": 700}
@@ -1428,7 +1399,7 @@ async def test_the_session_publishes_the_speaking_layers_merged_timing() -> None
 @pytest.mark.anyio
 async def test_timing_follows_a_step_change_between_turns() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.run_flow(timed_main())
         await conversation.user_turn("hello")
@@ -1454,8 +1425,7 @@ async def test_a_terminal_steps_timing_applies_while_its_closing_words_are_said(
             ),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(flow)
         state.set("asked", True)
         ctx = await conversation.user_turn("ok")
@@ -1511,8 +1481,7 @@ def test_a_step_with_escalate_to_completes_normally_or_escalates_never_both(
             reprompt_after=reprompt_after, escalate_after=escalate_after, escalate_to="human"
         )
         detour = Digression("detour", is_true("turn:detour"), instant("detour", "Detour."))
-        async with Session(state, clock=ManualClock()) as session:
-            conversation = Conversation(session)
+        async with conversation_on(state) as conversation:
             runner = conversation.run_flow(FlowStack(asking(policy), [detour]))
             main = runner.main
             got: list[tuple[bool, bool, str | None]] = []
@@ -1581,8 +1550,7 @@ PAID_ONCE = (
 async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_count() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=PAY_TOOLS)
+    async with conversation_on(state, tools=PAY_TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
         ctx = await conversation.user_turn("a question first")
@@ -1627,8 +1595,7 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
 async def test_observe_mode_records_a_main_constraint_breach_during_a_digression() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=PAY_TOOLS)
+    async with conversation_on(state, tools=PAY_TOOLS) as conversation:
         runner = conversation.run_flow(stack, enforcement="observe")
         state.set("turn:faq", True)
         ctx = await conversation.user_turn("question")
@@ -1649,8 +1616,7 @@ async def test_observe_mode_records_a_main_constraint_breach_during_a_digression
 async def test_a_main_constraint_refusal_during_a_digression_fits_the_speaking_layer() -> None:
     state = State()
     stack = FlowStack(paying(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=PAY_TOOLS)
+    async with conversation_on(state, tools=PAY_TOOLS) as conversation:
         conversation.run_flow(stack)
         state.set("turn:faq", True)
         ctx = await conversation.user_turn("a question first")
@@ -1666,7 +1632,7 @@ async def test_main_on_enter_actions_wait_for_the_catch_up_after_a_digression() 
     size_info = fake_fetch(returns={"max": 8})
     main = booking(size_enter=run(Resolver.fetch("size_info", size_info)))
     stack = FlowStack(main, [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         runner = conversation.run_flow(stack)
         state.set("turn:faq", True)
@@ -1691,8 +1657,7 @@ async def test_main_on_enter_actions_wait_for_the_catch_up_after_a_digression() 
 async def test_a_digression_after_main_completes_reopens_the_call_until_it_ends() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), chat("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=TOOLS)
+    async with conversation_on(state, tools=TOOLS) as conversation:
         runner = conversation.run_flow(stack)
         state.update({"name": "Ann", "size": 2})
         await conversation.user_turn("Ann, two")
@@ -1717,8 +1682,7 @@ async def test_restart_after_an_escalation_clears_its_keys_flag_and_target() -> 
     state = State()
     policy = RepairPolicy(reprompt_after=1, escalate_after=2, escalate_to="human", flag="help")
     over = Digression("over", is_true("turn:over"), instant("over", "Start over."), "restart")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(FlowStack(asking(policy), [over]))
         await conversation.user_turn("um")
         await conversation.user_turn("um")
@@ -1762,8 +1726,7 @@ async def test_a_digressions_repair_does_not_count_the_turn_that_started_it() ->
             Step("close", after=["q"], terminal=True, posture="Close the faq detour."),
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(FlowStack(booking(), [Digression("faq", is_true("turn:faq"), faq)]))
         state.set("turn:faq", True)
         ctx = await conversation.user_turn("when do you open?")
@@ -1794,8 +1757,7 @@ async def test_a_digressions_repair_reprompts_in_its_own_layer() -> None:
         ],
     )
     main = booking(size_repair=RepairPolicy(reprompt_after=1, escalate_after=9))
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(
             FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)])
         )
@@ -1834,8 +1796,7 @@ async def test_a_terminating_digressions_closing_words_keep_their_timing() -> No
         [Step("x", terminal=True, posture="Read the terms.", timing=VT(interruptible=False))],
     )
     stack = FlowStack(booking(), [Digression("bye", is_true("turn:bye"), bye, "terminate")])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(stack)
         state.set("turn:bye", True)
         ctx = await conversation.user_turn("cancel")
@@ -1854,8 +1815,7 @@ async def test_a_digressions_closing_step_timing_is_published_on_its_closing_tur
         [Step("x", terminal=True, posture="Read the note.", timing=VT(interruptible=False))],
     )
     stack = FlowStack(booking(), [Digression("note", is_true("turn:note"), bye, resume)])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(stack)
         state.set("turn:note", True)
         ctx = await conversation.user_turn("read me the note")
@@ -1902,8 +1862,7 @@ async def test_a_flow_read_from_json_repairs_and_times_like_the_original() -> No
     flow = asking(policy, timing=VT(reprompt="Again?", interruptible=False))
     back = Flow.from_json(json.loads(json.dumps(flow.to_json())))
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(back)
         ctx = await conversation.user_turn("um")
         assert ctx.reprompts == ("Again?",)
@@ -2004,8 +1963,7 @@ def test_a_reset_puts_a_stuck_or_escalated_step_back_to_its_first_turn(
 
     async def body() -> None:
         state = State()
-        async with Session(state, clock=ManualClock()) as session:
-            conversation = Conversation(session)
+        async with conversation_on(state) as conversation:
             runner = conversation.run_flow(retry_flow(reprompt_after, escalate_after))
             phase, stuck = "ask", 0
             for event in events:
@@ -2065,8 +2023,7 @@ def cancelling() -> Flow:
 async def test_a_terminate_digression_completed_by_a_tool_closes_the_call_right_then() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:cancel"), cancelling(), "terminate")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=CANCEL_TOOLS)
+    async with conversation_on(state, tools=CANCEL_TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
         ctx = await conversation.user_turn("cancel my booking")
@@ -2093,8 +2050,7 @@ async def test_a_terminate_digression_completed_by_a_tool_closes_the_call_right_
 async def test_a_terminate_digression_completed_by_a_tool_refuses_tools_at_once() -> None:
     state = State()
     cancel = Digression("cancel", is_true("turn:cancel"), cancelling(), "terminate")
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=CANCEL_TOOLS)
+    async with conversation_on(state, tools=CANCEL_TOOLS) as conversation:
         runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
         await conversation.user_turn("cancel my booking")
@@ -2110,8 +2066,7 @@ async def test_a_terminate_digression_completed_by_a_tool_refuses_tools_at_once(
 @pytest.mark.anyio
 async def test_a_digression_that_cannot_start_leaves_the_main_flow_running() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         conversation.run_flow(side("faq"))  # a flow named "faq" outside the stack
         stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
         runner = conversation.run_flow(stack)
@@ -2165,8 +2120,7 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
             Digression(name, is_true(f"turn:{name}"), instant(name, f"Detour {name}."), resume)
             for name, resume in DETOURS.items()
         ]
-        async with Session(state, clock=ManualClock()) as session:
-            conversation = Conversation(session)
+        async with conversation_on(state) as conversation:
             runner = conversation.run_flow(FlowStack(asking(policy), detours))
             main = runner.main
             phase, stuck, known, pending, over = "ask", 0, False, None, False
@@ -2229,8 +2183,7 @@ def test_detours_suspend_restart_or_end_a_stuck_main_flow_as_a_model_says(
 async def test_a_trigger_is_checked_at_turns_only() -> None:
     state = State()
     stack = FlowStack(booking(), [Digression("faq", is_true("intent:faq"), side("faq"))])
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack)
         state.set("intent:faq", True)
         assert runner.overlay is None  # between turns: main still drives
@@ -2304,7 +2257,7 @@ async def test_a_terminate_digression_completed_by_a_write_refuses_tools_at_once
         ],
     )
     cancel = Digression("cancel", is_true("turn:cancel"), stop, "terminate")
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session, tools=CANCEL_TOOLS)
         runner = conversation.run_flow(FlowStack(booking(), [cancel]))
         state.set("turn:cancel", True)
@@ -2321,7 +2274,7 @@ async def test_a_terminate_digression_completed_by_a_write_refuses_tools_at_once
 @pytest.mark.anyio
 async def test_a_turn_that_fails_to_start_a_digression_does_not_wedge_the_call() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         conversation.run_flow(side("faq"))  # a flow named "faq" outside the stack
         stack = FlowStack(booking(), [Digression("faq", is_true("turn:faq"), side("faq"))])
@@ -2364,8 +2317,7 @@ async def test_a_digression_step_sharing_an_id_does_not_clobber_main_repair_keys
             )
         ],
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(
             FlowStack(main, [Digression("faq", is_true("turn:faq"), faq)])
         )
@@ -2424,8 +2376,7 @@ def stack(*digressions: Digression, on_enter: Any = None) -> FlowStack:
 @pytest.mark.anyio
 async def test_a_digression_suspends_the_main_flow_and_resumes_it_where_it_was() -> None:
     state = State()
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session)
+    async with conversation_on(state) as conversation:
         runner = conversation.run_flow(stack(Digression("faq", is_true("ask:faq"), faq_flow())))
         assert isinstance(runner, StackRunner)
         assert state.get("flow:overlay") is None
@@ -2462,7 +2413,7 @@ async def test_restart_starts_the_main_flow_over_keeping_the_state(known: bool) 
         return len(calls)
 
     again = Digression("again", is_true("ask:again"), one_step("again", "Start over."), "restart")
-    async with Session(state, clock=ManualClock()) as session:
+    async with session_on(state) as session:
         conversation = Conversation(session)
         runner = conversation.run_flow(
             stack(again, on_enter=run(Resolver.function("count", count), "dispatch"))
@@ -2497,8 +2448,7 @@ async def test_terminate_ends_the_conversation_and_refuses_every_tool() -> None:
     cancel = Digression(
         "cancel", is_true("ask:cancel"), one_step("bye", "Say goodbye."), "terminate"
     )
-    async with Session(state, clock=ManualClock()) as session:
-        conversation = Conversation(session, tools=["pay", "transfer"])
+    async with conversation_on(state, tools=["pay", "transfer"]) as conversation:
         runner = conversation.run_flow(stack(cancel))
         state.set("ask:cancel", True)
         ctx = await conversation.user_turn("cancel it")
