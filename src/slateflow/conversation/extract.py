@@ -78,8 +78,8 @@ class Trigger:
     - ``Trigger.every(n)``: after every ``n``-th user turn (turns ``n``, ``2n``, ...), reading
       the last ``window`` turns, so a slow extractor (an LLM) runs less often.
     - ``Trigger.after_tool()``: after each successful tool call reported with
-      ``call.tool_ok(tool)``.
-    - ``Trigger.on_step_change()``: when a flow of the session makes a step active, re-read
+      ``conversation.tool_ok(tool)``.
+    - ``Trigger.on_step_change()``: when a flow of the conversation makes a step active, re-read
       the turns said after that step's posture was handed to the model (none, when it never
       was: a "yes" said before the question was asked is never taken as its answer).
     """

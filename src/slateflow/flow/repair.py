@@ -29,7 +29,7 @@ class RepairPolicy(BaseModel):
 
     ``escalate_to`` names a step to route to on escalation (the stuck step counts as done and
     the named step is entered from it); ``flag`` names a key set to True on escalation. Turns
-    are counted by ``on_turn`` (``call.user_turn``), not by tool calls, and not the turn
+    are counted by ``on_turn`` (``conversation.user_turn``), not by tool calls, and not the turn
     whose words entered the step. The reprompt key goes back to False once the step is no
     longer active; the escalate key and ``flag`` stay True (a guard may route on them) until
     the step is reset or the flow restarts.

@@ -30,7 +30,7 @@ class Change:
     access returns a private copy); ``version`` (the key's version after the change, ``0`` for a
     removal); ``seq`` (the commit's global sequence number, shared by every change of a batch);
     ``origin`` (``"set"``, ``"remove"``, ``"commit"``, ``"clear_prefix"``, ``"rename"``,
-    ``"end_turn"``, ...); ``removed``; ``provenance`` and ``at`` of the write.
+    ``"flow"``, ``"turn"``, a run's mode, ...); ``removed``; ``provenance`` and ``at`` of the write.
 
     Changes are immutable and never hand out the stored values themselves; two changes are
     equal when they record the same commit of the same key. The journal's
