@@ -6,13 +6,17 @@ A caller books a table: ``ask`` (the party size, ``b:size``) -> ``confirm`` (a y
 ``confirm``) instead of writing their own copy; :func:`voice_booking` is the demo's full flow
 (slot, availability check in the background or another mode, offer or confirm, a once-only
 booking). :func:`session_on` and :func:`conversation_on` open what a test talks to, on a
-:class:`ManualClock` unless given another.
+:class:`ManualClock` unless given another; :func:`example_module` imports a script of ``examples/``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from slateflow import (
@@ -29,6 +33,8 @@ from slateflow import (
 from slateflow.demo_flow import availability, booking_flow
 from slateflow.flow import Constraint, Guard
 from slateflow.resolve import Mode
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 ASK = "Ask how many people."
 READ_BACK = "Read the booking back and ask for a yes."
@@ -120,3 +126,12 @@ async def conversation_on(
     (``tools``, ``on_delivery``, ...). The session is ``conversation.session``."""
     async with session_on(state, clock) as session:
         yield Conversation(session, **options)
+
+
+def example_module(name: str) -> ModuleType:
+    """The module of ``examples/<name>.py``, imported as the examples' own tests do."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(EXAMPLES))

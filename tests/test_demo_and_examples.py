@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from builders import example_module
 from slateflow.__main__ import main
 from slateflow.demo import TickingClock, run
 
@@ -212,11 +213,7 @@ def test_voice_booking_flow_example_runs(backend: str) -> None:
 
 def test_voice_booking_flow_example_in_process() -> None:
     """The example's flow, run in this process: the final state holds the booking's facts."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import voice_booking_flow
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    voice_booking_flow = example_module("voice_booking_flow")
     lines: list[str] = []
     state = anyio.run(voice_booking_flow.main, lines.append)
     assert state.get("flow:booking:complete") is True
@@ -281,11 +278,7 @@ def test_voice_call_example_runs(backend: str) -> None:
 
 def test_voice_call_example_in_process() -> None:
     """The example's calls, run in this process: what each call left in the State."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import voice_call
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    voice_call = example_module("voice_call")
     lines: list[str] = []
     booked, cancelled = anyio.run(voice_call.main, lines.append)
     assert booked.get("flow:booking:complete") is True
@@ -326,11 +319,7 @@ def test_verification_panel_example_runs(backend: str) -> None:
 
 
 def test_verification_panel_example_in_process() -> None:
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import verification_panel
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    verification_panel = example_module("verification_panel")
     lines: list[str] = []
     draft, approved, state = anyio.run(
         verification_panel.verify, "Your booking is confirmed.", 3000, lines.append

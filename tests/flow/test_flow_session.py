@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from builders import conversation_on
+from builders import conversation_on, example_module
 from helpers import run_threads
 from slateflow import (
     Conversation,
@@ -1332,49 +1332,10 @@ def availability(clock: ManualClock, calls: list[str]) -> Resolver:
 
 
 def booking_flow(lookup: Resolver) -> Flow:
-    return Flow(
-        "booking",
-        [
-            Step(
-                "slot",
-                done=captured("booking:date", "booking:time"),
-                posture="Ask which day and time the caller would like.",
-                ground="Known so far: date {booking:date?not yet}, time {booking:time?not yet}.",
-            ),
-            Step(
-                "check",
-                after=["slot"],
-                done=any_(resolved("availability"), failed("availability")),
-                on_enter=run(lookup, "background"),
-                posture="Say you are checking; keep the caller company meanwhile.",
-            ),
-            Step(
-                "offer",
-                after=[edge("check", when=eq("availability:result.open", False))],
-                done=is_true("booking:alternative_accepted"),
-                posture="That time is taken: offer the alternative.",
-                ground="Alternative on offer: {availability:result.alternative}.",
-            ),
-            Step(
-                "confirm",
-                after=[edge("check", when=eq("availability:result.open", True)), "offer"],
-                join="any",
-                done=is_true("booking:confirmed"),
-                posture="Read the booking back and ask the caller to confirm.",
-                ground="Booking: {booking:date} at {booking:time}.",
-            ),
-            Step(
-                "book",
-                after=["confirm"],
-                done=called_ok("book"),
-                allow=["book"],
-                posture="Book the table now.",
-            ),
-            Step("goodbye", after=["book"], terminal=True, posture="Thank the caller."),
-        ],
-        constraints=[commit("book", until=is_true("booking:confirmed")), require("book")],
-        ambient=["transfer_to_human"],
-    ).compile(tools=["book", "transfer_to_human", "small_talk"])
+    """The flow of ``examples/voice_booking_flow.py`` over ``lookup``, with ``small_talk`` as a
+    tool the agent has beside the flow's."""
+    flow: Flow = example_module("voice_booking_flow").booking_flow(lookup)
+    return flow.compile(tools=["book_table", "transfer_to_human", "small_talk"])
 
 
 @pytest.mark.anyio
@@ -1391,9 +1352,9 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         assert runner.active_steps == ["slot"]
         assert list(runner.brief().postures) == ["Ask which day and time the caller would like."]
         assert list(runner.brief().grounds) == ["Known so far: date not yet, time not yet."]
-        refusal = runner.admit("book")
+        refusal = runner.admit("book_table")
         assert not refusal
-        assert refusal.reason.startswith("'book' is not permitted yet: first, ")
+        assert refusal.reason.startswith("'book_table' is not permitted yet: first, ")
         assert "'booking:confirmed' must be true" in refusal.reason
         assert "Available now: small_talk, transfer_to_human." in refusal.reason
         assert refusal.reason.endswith("Ask which day and time the caller would like.")
@@ -1411,19 +1372,21 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         state.set("booking:time", "19:00", source="extraction", writer="slots")
         assert runner.active_steps == ["check"]
         assert list(runner.brief().postures) == [
-            "Say you are checking; keep the caller company meanwhile."
+            "Say you are checking the book; keep the caller company meanwhile."
         ]
         assert state.get("availability:status") == "running"
         await runner.on_turn()  # a background lookup does not hold up the turn
         assert conversation.take_deliveries() == []
-        assert not runner.admit("book")
+        assert not runner.admit("book_table")
 
         # The booking system answers 0.4 s later: the time is taken.
         await clock.advance(0.39)
         assert runner.active_steps == ["check"]
         await clock.advance(0.01)
         assert await runner.wait_for_step("offer", timeout=0) is Verdict.ACTIVE
-        assert list(runner.brief().postures) == ["That time is taken: offer the alternative."]
+        assert list(runner.brief().postures) == [
+            "That time is taken: offer the alternative and ask if it suits."
+        ]
         assert list(runner.brief().grounds) == ["Alternative on offer: 19:30."]
         delivered = conversation.take_deliveries()
         assert [(d.value, d.scheduling) for d in delivered] == [
@@ -1435,28 +1398,28 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         state.update({"booking:time": "19:30", "booking:alternative_accepted": True})
         assert runner.active_steps == ["confirm"]
         assert list(runner.brief().grounds) == ["Booking: Saturday at 19:30."]
-        assert "'booking:confirmed' must be true" in runner.admit("book").reason
+        assert "'booking:confirmed' must be true" in runner.admit("book_table").reason
         assert asked == ["19:00"]  # the lookup ran once; the new time needs no second check
 
         # The caller confirms: the booking tool is admitted, and only it (plus ambient).
         state.set("booking:confirmed", True, source="extraction", writer="yes_no")
         assert runner.active_steps == ["book"]
         assert list(runner.brief().postures) == ["Book the table now."]
-        assert runner.admit("book")
+        assert runner.admit("book_table")
         assert runner.admit("transfer_to_human")  # ambient
         off_topic = runner.admit("small_talk")
         assert not off_topic
         assert "not part of the current step ('book')" in off_topic.reason
-        assert "Available now: book, transfer_to_human." in off_topic.reason
+        assert "Available now: book_table, transfer_to_human." in off_topic.reason
 
-        runner.on_tool_ok("book")
+        runner.on_tool_ok("book_table")
         assert runner.is_complete
         assert runner.done_steps == ["slot", "check", "offer", "confirm", "book", "goodbye"]
         assert runner.active_steps == []
-        again = runner.admit("book")  # committed once: a second booking is refused
+        again = runner.admit("book_table")  # committed once: a second booking is refused
         assert not again
         assert again.reason == (
-            "'book' has already run and may run only once in this conversation. "
+            "'book_table' has already run and may run only once in this conversation. "
             "Do not call it again."
         )
         await runner.wait_complete(timeout=0)
@@ -1483,10 +1446,10 @@ async def test_voice_booking_with_the_time_open_confirms_and_skips_the_offer() -
 
         state.set("booking:confirmed", True)
         assert runner.verdict("offer") is Verdict.SKIPPED  # confirm, after it, is done
-        assert runner.admit("book")
-        runner.on_tool_ok("book")
+        assert runner.admit("book_table")
+        runner.on_tool_ok("book_table")
         assert runner.is_complete
-        assert not runner.admit("book")  # commit is once plus never-until
+        assert not runner.admit("book_table")  # commit is once plus never-until
         assert list(runner.brief().unmet) == []
         assert asked == ["18:00"]
 

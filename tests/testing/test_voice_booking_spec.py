@@ -7,34 +7,24 @@ the session's manual clock.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from builders import example_module
 from slateflow import Flow, ManualClock, Resolver, Session, State, fresh
 from slateflow.testing import ConversationScript, assert_provenance, fake_fetch
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
 
 @pytest.fixture(scope="module")
-def example() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import voice_booking_flow
-
-        yield voice_booking_flow
-    finally:
-        sys.path.remove(str(EXAMPLES))
+def voice_booking_flow() -> ModuleType:
+    return example_module("voice_booking_flow")
 
 
 @pytest.fixture
-def flow(example: ModuleType, slate_clock: ManualClock) -> Flow:
+def flow(voice_booking_flow: ModuleType, slate_clock: ManualClock) -> Flow:
     """The example's flow, over its own availability lookup (0.4 s on the manual clock)."""
-    built: Flow = example.booking_flow(example.availability(slate_clock))
+    built: Flow = voice_booking_flow.booking_flow(voice_booking_flow.availability(slate_clock))
     return built
 
 
@@ -85,10 +75,12 @@ async def test_an_open_time_goes_straight_to_confirmation(
 
 @pytest.mark.anyio
 async def test_a_failed_lookup_offers_a_transfer_and_books_nothing(
-    slate_script: ConversationScript, example: ModuleType
+    slate_script: ConversationScript, voice_booking_flow: ModuleType
 ) -> None:
     lookup = slate_script.use("availability", fake_fetch())  # held until the test answers
-    await slate_script.start(example.booking_flow(Resolver.fetch("availability", lookup)))
+    await slate_script.start(
+        voice_booking_flow.booking_flow(Resolver.fetch("availability", lookup))
+    )
     await slate_script.say(booking__date="Saturday", booking__time="19:00")
     await slate_script.fail("availability", "booking system unreachable")
 

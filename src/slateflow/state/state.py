@@ -257,8 +257,8 @@ class State:
         is a no-op: same version, no journal record, no signal. Any failure writes nothing.
         """
         engine = self._engine
-        context = self._context
-        if context.fenced:  # an acting_as block or a transaction is open somewhere
+        if self._context.fenced:  # an acting_as block or a transaction is open somewhere
+            context = self._context
             if context.acting and (actor := context.actor()) is not None:
                 source, writer = actor.admit(key_name(key), source, writer)
             if (tx := context.transaction()) is not None:
