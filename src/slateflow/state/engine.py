@@ -218,8 +218,8 @@ class Engine:
             if delivery.listening:
                 subs = delivery.subscriptions
                 if (
-                    subs.everything
-                    or name in subs.by_key
+                    name in subs.by_key
+                    or subs.everything
                     or (subs.by_pattern and subs.watched(name))
                 ):
                     if delivery.claim():
