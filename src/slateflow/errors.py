@@ -207,7 +207,7 @@ class FlowFormatError(SlateError, ValueError):
 
 
 class ToolCallError(SlateError):
-    """A tool call shared an identical call that failed or was cancelled (``call_tool``); the
+    """A tool call shared an identical call that failed or was cancelled (``run_tool``); the
     failure of that call is the ``__cause__``."""
 
 

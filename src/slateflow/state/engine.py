@@ -204,8 +204,8 @@ class Engine:
                 )
             # A plain tuple: it becomes a Change only if someone reads it.
             change: RawChange = (name, old, cleaned, version, seq, "set", False, at, stamp, policy)
-            # _apply for one change, inlined: this is the hot path of State.set (a third of
-            # its cost was the general loop). Same steps, same order.
+            # _apply for one change, inlined: this is the hot path of State.set (the general
+            # loop cost it a fifth). Same steps, same order.
             entries[name] = (cleaned, version, seq, at, stamp)
             self.seq = seq
             if self._journaling:
