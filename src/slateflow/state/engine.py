@@ -321,7 +321,7 @@ class Engine:
             if not changes:
                 return self.seq
             batch = tuple(changes)
-            _, failures = self._apply(batch, False)
+            failures = self._apply(batch)
         finally:
             lock.release()
         if failures or self.sync or (deliver and self.delivery.pending):
@@ -400,7 +400,7 @@ class Engine:
                     changes = _renumber(changes, got_seq, versions)
                     seq = got_seq
             batch = tuple(changes)
-            _, failures = self._apply(batch, False)
+            failures = self._apply(batch)
         finally:
             lock.release()
         if failures or self.sync or (deliver and self.delivery.pending):
@@ -437,7 +437,7 @@ class Engine:
                     (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
                 )
             batch = tuple(changes)
-            _, failures = self._apply(batch, False)
+            failures = self._apply(batch)
         return self._after(batch, seq, True, failures)
 
     def _check_versions(
@@ -473,16 +473,12 @@ class Engine:
         done = decide(commit)
         return done[0], tuple(c[2] for c in done[3])
 
-    def _apply(
-        self, batch: tuple[RawChange, ...], claim: bool
-    ) -> tuple[bool, list[tuple[object, Exception]] | None]:
+    def _apply(self, batch: tuple[RawChange, ...]) -> list[tuple[object, Exception]] | None:
         """Under the lock, the one place batches are written (``write`` inlines it for its one
-        change, the hot path of ``State.set``): the batch's rows change, the cursor
-        moves to its seq, it joins the journal ring, is queued for delivery if a receiver
-        watches one of its keys, and feeds the sinks (their failures are reported after the
-        lock is released). With ``claim``, a batch nobody else is delivering is claimed for
-        the caller to deliver at once (``deliver_now``) instead of queued: returns whether it
-        was, and the sink failures."""
+        change, the hot path of ``State.set``): the batch's rows change, the cursor moves to its
+        seq, it joins the journal ring, is queued for delivery if a receiver watches one of its
+        keys, and feeds the sinks. Returns the sinks' failures (reported after the lock is
+        released)."""
         entries = self.entries
         for c in batch:
             if c[6]:
@@ -496,19 +492,15 @@ class Engine:
             if len(records) > self.ring.limit:
                 self.ring.trim()
         delivery = self.delivery
-        now = False
         if delivery.listening:
             subs = delivery.subscriptions
             by_key = subs.by_key
             patterned = subs.by_pattern
             for c in batch:
                 if subs.everything or c[0] in by_key or (patterned and subs.watched(c[0])):
-                    if claim and delivery.claim():
-                        now = True
-                    else:
-                        delivery.pending.append((batch, chain_depth()))
+                    delivery.pending.append((batch, chain_depth()))
                     break
-        return now, (self._feed_sinks(batch) if self.sinks else None)
+        return self._feed_sinks(batch) if self.sinks else None
 
     def _after(
         self,
