@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..state import State
 from ..state.provenance import Stamp
+from .background import ToModel
 from .clock import Clock
 from .resolver import Produced, Resolver, WithMeta
 
@@ -115,7 +116,6 @@ class Run:
         "state",
         "status",
         "superseded",
-        "to_inbox",
         "value",
     )
 
@@ -148,9 +148,6 @@ class Run:
         self.ignored_cancel = False
         self.deliver = deliver
         self.scheduling = scheduling
-        # Set by a Session when the outcome goes to its inbox (the model), not a callback: on a
-        # durable state the outcome then records how to hand it over again after a restart.
-        self.to_inbox = False
         self.outcome_seq = 0  # the commit that recorded the outcome
         # The task running it (dispatch and background modes): cancel() cancels it.
         self._handle: TaskHandle[None] | None = None
@@ -426,6 +423,13 @@ class Run:
             error=self.error or "",
             attempts=self.attempts,
         )
+
+    @property
+    def to_inbox(self) -> bool:
+        """Whether the outcome goes to a model (its ``deliver`` is a :class:`ToModel`, such as
+        a conversation's): on a durable state it then records how to hand it over again after
+        a restart."""
+        return isinstance(self.deliver, ToModel)
 
     # -- the key writes --------------------------------------------------------------------
 

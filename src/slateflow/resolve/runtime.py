@@ -79,7 +79,7 @@ class Runtime:
     @property
     def open(self) -> bool:
         """Whether the session is open and not closing."""
-        return self._open and not self._closing
+        return self.accepting
 
     @property
     def running(self) -> bool:

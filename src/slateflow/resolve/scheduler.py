@@ -22,7 +22,7 @@ import anyio
 from ..errors import DispatchRejectedError, ResolverDefinitionError, WaitTimeoutError
 from ..state import State
 from ..state.chains import fresh_chain
-from .background import BackgroundResult, Deliver, ResultFormatter, Scheduling, ToModel, dress
+from .background import BackgroundResult, Deliver, ResultFormatter, Scheduling, dress
 from .clock import Clock, wait_on
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
@@ -124,7 +124,6 @@ class Scheduler:
                 "it (session.is_running) or dispatch with another on_conflict policy"
             )
         run = Run(resolver, mode, self.state, self.clock, deliver=deliver, scheduling=scheduling)
-        run.to_inbox = isinstance(deliver, ToModel)
         if busy and policy == "queue":
             assert slot is not None
             run.queue(self._on_cancel_queued)
