@@ -5,6 +5,8 @@ work that needs no time."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import anyio
@@ -350,3 +352,43 @@ async def test_a_resumed_call_keeps_counting_its_turns() -> None:
         ctx = await conversation.user_turn("are you still there?")
         assert ctx.turn.number == 3
         assert state.get("session:turn") == 3
+
+
+# -- on_close: what closes with the session ----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_on_close_callbacks_run_as_the_session_closes_before_its_runs_are_cancelled() -> None:
+    clock = ManualClock()
+    seen: list[Any] = []
+    failures: list[Any] = []
+    state = State()
+    state.receiver_failed.connect(lambda sender, **kw: failures.append(kw["error"]), weak=False)
+    lookup = fake_fetch(returns=1, delay=10, clock=clock)
+
+    def boom() -> None:
+        raise RuntimeError("closer failed")
+
+    async with Session(state, clock=clock) as session:
+        session.dispatch(Resolver.fetch("lookup", lookup))
+        session.on_close(lambda: seen.append(state.get("lookup:status")))
+        session.on_close(boom)
+        session.on_close(lambda: seen.append("after the failing one"))
+        forget = session.on_close(lambda: seen.append("taken back"))
+        forget()
+        forget()  # twice is harmless
+        assert seen == []
+    assert seen == ["running", "after the failing one"]
+    assert [str(e) for e in failures] == ["closer failed"]
+    assert state.get("lookup:status") == "cancelled"
+
+
+@pytest.mark.anyio
+async def test_a_runner_closed_early_is_not_held_by_its_session() -> None:
+    async with Session(State(), clock=ManualClock()) as session:
+        runner = Flow("f", [Step("a", done=is_true("x"))]).start(session)
+        ref = weakref.ref(runner)
+        runner.close()
+        del runner
+        gc.collect()
+        assert ref() is None

@@ -116,6 +116,7 @@ class FlowRunner:
         self._actions = Actions(flow.name, flow.steps, session, deliver)
         self._waits = Waits(flow.name, self._lock, lambda: self._closed, self.explain)
         self._fresh_alarm: Waiter | None = None
+        self._unregister: Callable[[], None] | None = None  # from session.on_close
         self.violations: list[Violation] = []
         """Tool calls admitted in observe mode that the flow would have refused."""
         self.turns = 0
@@ -150,7 +151,7 @@ class FlowRunner:
             self.close()  # unsubscribe and free the flow's name
             raise
         if session is not None:
-            session.on_close(self.close)
+            self._unregister = session.on_close(self.close)
             if plan.fresh_names:
                 session.runtime.soon(session.runtime.spawn, self._watch_freshness)
 
@@ -549,6 +550,8 @@ class FlowRunner:
         self._waits.close()
         if self._fresh_alarm is not None:
             self._fresh_alarm.wake()
+        if self._unregister is not None:
+            self._unregister()
 
     def __enter__(self) -> FlowRunner:
         return self

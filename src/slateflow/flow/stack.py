@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowError, SlateError
@@ -104,6 +104,7 @@ class StackRunner:
         """``(turn, digression, "entered" | "resumed" | "restarted" | "terminated")``, in order."""
         self.turns = 0
         self._closed = False
+        self._unregister: Callable[[], None] | None = None  # from session.on_close
         self._waits = Waits(self.name, threading.RLock(), lambda: self._closed, self.explain)
         # Waiters wake on any layer's progress and on the stack's own keys.
         names = [stack.main.name, *(d.flow.name for d in stack.digressions)]
@@ -112,7 +113,7 @@ class StackRunner:
         self._sub = state.subscribe(self._progressed, keys=watched)
         self._publish()
         if session is not None:
-            session.on_close(self.close)
+            self._unregister = session.on_close(self.close)
 
     # -- the layers -------------------------------------------------------------------------
 
@@ -515,6 +516,8 @@ class StackRunner:
         self.main.close()
         self._sub.close()
         self._waits.close()
+        if self._unregister is not None:
+            self._unregister()
 
     def __enter__(self) -> StackRunner:
         return self

@@ -10,6 +10,7 @@ nothing of conversations or flows: what must close with it registers through :me
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal
@@ -103,7 +104,8 @@ class Session:
         self._recovery = Recovery(state, self._scheduler)
         self._watchers: set[Watcher] = set()
         self._queue: WatchQueue | None = None
-        self._closers: list[Callable[[], object]] = []
+        self._closers: dict[int, Callable[[], object]] = {}
+        self._closer_ids = itertools.count()
         self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class Session:
             self._scheduler.stop_reacting()
             for watcher in list(self._watchers):
                 watcher.close()
-            for close in self._closers:
+            for close in list(self._closers.values()):
                 try:
                     close()
                 except Exception as err:
@@ -203,13 +205,21 @@ class Session:
             exc = failure.pop()
             raise exc
 
-    def on_close(self, callback: Callable[[], object]) -> None:
+    def on_close(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Call ``callback()`` as the session closes, before its runs are cancelled (a flow
         runner registers its ``close`` so it stops with the session). A callback that raises is
-        reported on ``state.receiver_failed``; the others still run."""
+        reported on ``state.receiver_failed``; the others still run. Returns a function that
+        takes the callback back (a runner closed earlier does, so a long session holds only
+        what is still open)."""
         if not callable(callback):
             raise TypeError(f"on_close takes a callable, got {callback!r}")
-        self._closers.append(callback)
+        key = next(self._closer_ids)
+        self._closers[key] = callback
+
+        def forget() -> None:
+            self._closers.pop(key, None)
+
+        return forget
 
     # -- the three modes -------------------------------------------------------------------
 
