@@ -328,7 +328,10 @@ class Conversation:
         return runner
 
     def _live(self) -> list[Governor]:
-        return [g for g in self._flows if not g.closed]
+        live = [g for g in self._flows if not g.closed]
+        if len(live) < len(self._flows):
+            self._flows = live  # a closed flow never governs again
+        return live
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -471,7 +474,7 @@ class Conversation:
         clock = session.clock
         deadline = None if timeout is None else clock.monotonic() + timeout
         while True:
-            waiting = [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
+            waiting = self._audible()
             if waiting and not self._interrupting and not self._hold:
                 return waiting
             event = anyio.Event()
@@ -487,6 +490,10 @@ class Conversation:
                     f"(running: {running}){why}"
                 )
 
+    def _audible(self) -> list[BackgroundResult]:
+        """The waiting results the model is to be told of (not the silent ones)."""
+        return [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
+
     def _landed(self, result: BackgroundResult) -> None:
         """The inbox got a result (any thread): tell whoever waits for one, on the loop."""
         if result.scheduling is not Scheduling.SILENT:
@@ -497,10 +504,7 @@ class Conversation:
             # A turn is being built (its context takes them; checked again after), the caller
             # is talking, or their turn is coming: it will take them.
             return
-        waiting = []
-        for result in self.inbox.peek():
-            if result.scheduling is not Scheduling.SILENT:
-                waiting.append(result)
+        waiting = self._audible()
         if not waiting:
             return
         events, self._waiting = self._waiting, []

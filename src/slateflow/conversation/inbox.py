@@ -78,14 +78,7 @@ class Inbox:
                     break
             items.append(result)
             dropped = self._trim()
-        for old in dropped:
-            log.warning(
-                "slateflow conversation: %d background results wait for the model; the oldest, "
-                "from %r, is dropped (raise the conversation's max_waiting, or let turns take "
-                "them)",
-                self.limit,
-                old.name,
-            )
+        self._warn(dropped)
         if self._notify is not None:
             self._notify(result)
 
@@ -98,6 +91,16 @@ class Inbox:
         del self._items[:over]
         self.dropped += over
         return dropped
+
+    def _warn(self, dropped: list[BackgroundResult]) -> None:
+        for old in dropped:
+            log.warning(
+                "slateflow conversation: %d background results wait for the model; the oldest, "
+                "from %r, is dropped (raise the conversation's max_waiting, or let turns take "
+                "them)",
+                self.limit,
+                old.name,
+            )
 
     def restore(self, results: Iterable[BackgroundResult]) -> None:
         """Put ``results`` back first, in their order: a context that took them was dropped,
@@ -116,7 +119,8 @@ class Inbox:
             kept.reverse()
             self.coalesced += len(given) - len(kept)
             self._items[:0] = kept
-            self._trim()
+            dropped = self._trim()
+        self._warn(dropped)
         if self._notify is not None:
             for result in kept:
                 self._notify(result)
