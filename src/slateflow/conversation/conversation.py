@@ -492,7 +492,11 @@ class Conversation:
 
     def _audible(self) -> list[BackgroundResult]:
         """The waiting results the model is to be told of (not the silent ones)."""
-        return [r for r in self.inbox.peek() if r.scheduling is not Scheduling.SILENT]
+        audible = []
+        for result in self.inbox.peek():
+            if result.scheduling is not Scheduling.SILENT:
+                audible.append(result)
+        return audible
 
     def _landed(self, result: BackgroundResult) -> None:
         """The inbox got a result (any thread): tell whoever waits for one, on the loop."""

@@ -116,6 +116,7 @@ class Run:
         "state",
         "status",
         "superseded",
+        "to_inbox",
         "value",
     )
 
@@ -148,6 +149,9 @@ class Run:
         self.ignored_cancel = False
         self.deliver = deliver
         self.scheduling = scheduling
+        # The outcome goes to a model (a conversation's deliver): on a durable state it then
+        # records how to hand it over again after a restart.
+        self.to_inbox = isinstance(deliver, ToModel)
         self.outcome_seq = 0  # the commit that recorded the outcome
         # The task running it (dispatch and background modes): cancel() cancels it.
         self._handle: TaskHandle[None] | None = None
@@ -423,13 +427,6 @@ class Run:
             error=self.error or "",
             attempts=self.attempts,
         )
-
-    @property
-    def to_inbox(self) -> bool:
-        """Whether the outcome goes to a model (its ``deliver`` is a :class:`ToModel`, such as
-        a conversation's): on a durable state it then records how to hand it over again after
-        a restart."""
-        return isinstance(self.deliver, ToModel)
 
     # -- the key writes --------------------------------------------------------------------
 
