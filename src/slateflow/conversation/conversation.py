@@ -328,10 +328,7 @@ class Conversation:
         return runner
 
     def _live(self) -> list[Governor]:
-        live = [g for g in self._flows if not g.closed]
-        if len(live) < len(self._flows):
-            self._flows = live  # a closed flow never governs again
-        return live
+        return [g for g in self._flows if not g.closed]
 
     # -- tools -------------------------------------------------------------------------------
 
