@@ -152,7 +152,9 @@ class ResolverError(SlateError):
     """A resolver run failed (after its retries); its error message is in ``<name>:error``.
 
     ``name`` is the resolver, ``error`` the message written to the state, ``attempts`` how many
-    attempts ran; the original exception is chained as ``__cause__``.
+    attempts ran; the original exception is chained as ``__cause__``. For a secret resolver
+    (its result or error key is secret) ``error`` is ``"***"`` and nothing is chained: the
+    exception, which usually quotes the value, stays on the run's ``exception``.
     """
 
     def __init__(self, message: str, *, name: str, error: str, attempts: int) -> None:

@@ -122,3 +122,109 @@ async def test_a_key_made_secret_after_the_flow_started_drops_the_line_not_the_t
         assert ctx.postures == ("Confirm the payment.",)
         assert ctx.grounds == ()
         assert CARD not in ctx.full_prompt
+
+
+# -- what a secret resolver produces when it fails ---------------------------------------------
+
+DECLINED = "card 4929 1234 5678 9012 declined"
+
+
+async def declined(state: State) -> None:
+    raise RuntimeError(DECLINED)
+
+
+def secret_pay_state(store: Any = None) -> State:
+    state = State(store=store)
+    state.policy("pay:*", secret=True)
+    return state
+
+
+async def test_a_secret_resolvers_error_reaches_the_model_masked() -> None:
+    async with Session(secret_pay_state(), clock=ManualClock()) as session:
+        conversation = Conversation(session)
+        session.background(Resolver.fetch("pay", declined), conversation.deliver)
+        ctx = await conversation.user_turn("did it go through?")
+        (delivered,) = ctx.deliveries
+        assert delivered.status == "error"
+        assert delivered.secret
+        assert delivered.error == "***"
+        assert delivered.response == {
+            "status": "error",
+            "resolver": "pay",
+            "error": "***",
+            "note": "the run failed; its message is secret and not shown",
+        }
+        assert "4929" not in ctx.full_prompt
+        assert "4929" not in json.dumps(ctx.to_dict())
+        assert session.state.get("pay:error") == DECLINED  # the State has it
+        assert "4929" not in session.state.describe(provenance=True)
+
+
+async def test_a_secret_resolvers_error_redelivered_after_a_restart_stays_masked() -> None:
+    from slateflow.stores import MemoryStore
+
+    store = MemoryStore()
+    async with Session(secret_pay_state(store), clock=ManualClock()) as first:
+        conversation = Conversation(first)
+        first.background(Resolver.fetch("pay", declined), conversation.deliver)
+        await first.clock.advance(0)  # type: ignore[attr-defined]
+        crashed = store.copy()  # the process dies before the result was handed over
+    async with Session(secret_pay_state(crashed), clock=ManualClock()) as second:
+        ctx = Conversation(second).context_now()
+        (delivered,) = ctx.deliveries
+        assert delivered.name == "pay"
+        assert delivered.error == "***"
+        assert "4929" not in ctx.full_prompt
+
+
+async def test_a_call_mode_error_of_a_secret_resolver_is_raised_masked_and_unchained() -> None:
+    import traceback
+
+    from slateflow.errors import ResolverError
+
+    async with Session(secret_pay_state(), clock=ManualClock()) as session:
+        with pytest.raises(ResolverError) as raised:
+            await session.call(Resolver.fetch("pay", declined))
+    error = raised.value
+    assert error.error == "***"
+    assert "4929" not in str(error)
+    printed = "".join(traceback.format_exception(error))
+    assert "4929" not in printed
+    assert "'pay:error'" in str(error)  # it says where the message is
+
+
+async def test_a_call_mode_error_of_an_ordinary_resolver_quotes_and_chains_it() -> None:
+    from slateflow.errors import ResolverError
+
+    async with Session(State(), clock=ManualClock()) as session:
+        with pytest.raises(ResolverError, match="4929") as raised:
+            await session.call(Resolver.fetch("pay", declined))
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+async def test_a_secret_resolvers_retries_are_logged_without_the_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from slateflow import Retry
+
+    caplog.set_level(logging.DEBUG, logger="slateflow")
+    async with Session(secret_pay_state(), clock=ManualClock()) as session:
+        run = session.dispatch(Resolver.fetch("pay", declined, retry=Retry(attempts=3)))
+        await session.clock.advance(60)  # type: ignore[attr-defined]
+        await run.wait(raise_error=False)
+    assert run.attempts == 3
+    assert "retrying" in caplog.text
+    assert "4929" not in caplog.text
+
+
+def test_provenance_meta_of_a_secret_key_is_masked_in_exported_changes() -> None:
+    state = secret_pay_state()
+    changes: list[Any] = []
+    state.subscribe(changes.extend)
+    state.set("pay:result", "ok", source="tool", meta={"card": CARD})
+    exported = json.dumps([c.to_dict() for c in changes])
+    assert CARD not in exported
+    assert changes[0].to_dict()["provenance"]["meta"] == {"card": "***"}
+    assert state.entry("pay:result").provenance.meta["card"] == CARD  # the State has it

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..state import SECRET_MASK
+from ..state.keys import error_key, result_key
 
 if TYPE_CHECKING:
     from ..state import State
@@ -24,6 +25,7 @@ __all__ = [
     "default_ack",
     "default_result",
     "dress",
+    "is_secret_resolver",
 ]
 
 
@@ -47,8 +49,9 @@ class BackgroundResult(BaseModel):
     payload for the model, made by the Session's result formatter. A run cancelled because a newer
     run of the same name took over is delivered with ``superseded=True`` and ``SILENT`` scheduling.
     ``seq`` is the State commit that recorded the outcome (0 when nothing was written), so two
-    results of one resolver can be told apart and ordered. ``secret`` is true when the result's
-    key is secret: the model is then only told that a secret result is available.
+    results of one resolver can be told apart and ordered. ``secret`` is true when the resolver's
+    result or error key is secret: the model is then only told that a secret result is
+    available, or that the run failed, never the value or the message.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -100,11 +103,14 @@ def default_ack(name: str) -> dict[str, Any]:
 
 def default_result(result: BackgroundResult) -> dict[str, Any]:
     """The payload the model gets with the outcome: status, resolver, and result or error (a
-    secret result as ``"***"`` with a note that it is available)."""
+    secret resolver's as ``"***"`` with a note saying why)."""
     payload: dict[str, Any] = {"status": result.status, "resolver": result.name}
-    if result.secret:
-        payload["result"] = "***"
+    if result.secret and result.status == "completed":
+        payload["result"] = SECRET_MASK
         payload["note"] = "a secret result is available; it is not shown"
+    elif result.secret and result.status == "error":
+        payload["error"] = SECRET_MASK
+        payload["note"] = "the run failed; its message is secret and not shown"
     elif result.status == "completed":
         payload["result"] = result.value
     elif result.status == "error":
@@ -124,6 +130,15 @@ class ToModel:
         raise NotImplementedError
 
 
+def is_secret_resolver(state: State, name: str) -> bool:
+    """Whether what resolver ``name`` produces is secret: its result or its error key is secret
+    under the State's policy (an error message often quotes the value it was about)."""
+    policy = state.engine.policy
+    return bool(policy.rules) and (
+        policy.is_secret(result_key(name)) or policy.is_secret(error_key(name))
+    )
+
+
 def dress(
     result: BackgroundResult,
     formatter: ResultFormatter,
@@ -133,19 +148,20 @@ def dress(
 ) -> BackgroundResult:
     """``result`` with its ``response`` (what the model is told) made by ``formatter``.
 
-    A result of a secret key (``policy(..., secret=True)``) is never shown: its response says a
-    secret result is available (``"result": "***"``) and it is flagged ``secret``; with
-    ``to_model`` its ``value`` is masked too (a ``deliver`` callback of yours gets the value).
+    The outcome of a secret resolver (its result or error key is secret under
+    ``policy(..., secret=True)``) is never shown: its response says a secret result is available
+    (``"result": "***"``) or that the run failed (``"error": "***"``), and it is flagged
+    ``secret``; with ``to_model`` its ``value`` and ``error`` are masked too (a ``deliver``
+    callback of yours gets them in clear).
     """
-    policy = state.engine.policy
-    secret = (
-        result.status == "completed"
-        and bool(policy.rules)
-        and policy.is_secret(f"{result.name}:result")
-    )
-    if not secret:
+    if result.status == "cancelled" or not is_secret_resolver(state, result.name):
         return result.model_copy(update={"response": formatter(result)})
-    masked = result.model_copy(update={"value": SECRET_MASK, "secret": True})
+    update: dict[str, Any] = {"secret": True}
+    if result.value is not None:
+        update["value"] = SECRET_MASK
+    if result.error is not None:
+        update["error"] = SECRET_MASK
+    masked = result.model_copy(update=update)
     response = formatter(masked)
     kept = masked if to_model else result.model_copy(update={"secret": True})
     return kept.model_copy(update={"response": response})

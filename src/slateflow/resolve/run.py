@@ -24,9 +24,9 @@ from ..errors import (
     ResolverTimeoutError,
     SlateError,
 )
-from ..state import State
+from ..state import SECRET_MASK, State
 from ..state.provenance import Stamp
-from .background import ToModel
+from .background import ToModel, is_secret_resolver
 from .clock import Clock
 from .resolver import Produced, Resolver, WithMeta
 
@@ -201,7 +201,7 @@ class Run:
             await self._event.wait()
         if raise_error:
             if self.status == "error":
-                raise self._resolver_error() from self.exception
+                raise self._resolver_error() from self._cause()
             if self.status == "cancelled":
                 raise ResolverCancelledError(
                     f"run of resolver {self.name!r} was {self.cancel_reason or 'cancelled'}; "
@@ -262,7 +262,7 @@ class Run:
             raise
         self.write_outcome()
         if self.status == "error":
-            raise self._resolver_error() from self.exception
+            raise self._resolver_error() from self._cause()
         return self.value
 
     async def execute(self, limiter: anyio.CapacityLimiter | None = None) -> None:
@@ -361,7 +361,10 @@ class Run:
                 if retry is None or not retry.should_retry(exc, attempt):
                     raise
                 log.debug(
-                    "resolver %r attempt %d failed, retrying: %r", resolver.name, attempt, exc
+                    "resolver %r attempt %d failed, retrying: %s",
+                    resolver.name,
+                    attempt,
+                    type(exc).__name__ if self._secret() else repr(exc),
                 )
             assert retry is not None
             await self.clock.sleep(retry.delay(attempt))
@@ -418,15 +421,24 @@ class Run:
             overrun,
         )
 
+    def _secret(self) -> bool:
+        return is_secret_resolver(self.state, self.name)
+
     def _resolver_error(self) -> ResolverError:
         attempts = f" after {self.attempts} attempts" if self.attempts > 1 else ""
+        error = SECRET_MASK if self._secret() else self.error or ""
         return ResolverError(
-            f"resolver {self.name!r} failed{attempts}: {self.error} "
+            f"resolver {self.name!r} failed{attempts}: {error} "
             f"(the message is in {self.resolver.error_key!r})",
             name=self.name,
-            error=self.error or "",
+            error=error,
             attempts=self.attempts,
         )
+
+    def _cause(self) -> BaseException | None:
+        # A secret resolver's exception usually quotes what it was about, and a chained cause is
+        # printed with every traceback: it stays on ``run.exception`` only.
+        return None if self._secret() else self.exception
 
     # -- the key writes --------------------------------------------------------------------
 

@@ -95,8 +95,13 @@ class Change:
         return self._raw[8].provenance(self._raw[7])
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
-        """A JSON-ready dict of this change; secret values are masked unless ``redact=False``."""
+        """A JSON-ready dict of this change; unless ``redact=False``, a secret key's values and
+        the values of its provenance ``meta`` (which a writer may fill from the value) are
+        masked."""
         mask = redact and self.secret
+        provenance = self.provenance.model_dump(mode="json")
+        if mask and provenance["meta"]:
+            provenance["meta"] = dict.fromkeys(provenance["meta"], SECRET_MASK)
         return {
             "seq": self._raw[4],
             "key": self._raw[0],
@@ -105,7 +110,7 @@ class Change:
             "version": self._raw[3],
             "old": SECRET_MASK if mask and self._raw[1] is not None else copy_json(self._raw[1]),
             "new": SECRET_MASK if mask and self._raw[2] is not None else copy_json(self._raw[2]),
-            "provenance": self.provenance.model_dump(mode="json"),
+            "provenance": provenance,
         }
 
     def __repr__(self) -> str:
