@@ -9,6 +9,7 @@ inbox and its tools (:func:`build_context`, a pure function), handed to the mode
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -31,7 +32,10 @@ __all__ = [
     "delivery_line",
     "end_turn",
     "publish_timing",
+    "roll_back_turn",
 ]
+
+log = logging.getLogger("slateflow.conversation")
 
 UNMET_PREFIX = "Before finishing, these still need to happen: "
 VOICE_TIMING_KEY = "session:voice_timing"
@@ -288,6 +292,20 @@ def publish_timing(state: State, value: dict[str, Any] | None) -> None:
             state.remove(VOICE_TIMING_KEY, source="session", writer="voice_timing")
     elif state.get(VOICE_TIMING_KEY) != value:
         state.set(VOICE_TIMING_KEY, value, source="session", writer="voice_timing")
+
+
+def roll_back_turn(state: State, before: int | None) -> bool:
+    """Put ``session:turn`` back to ``before`` (a turn not taken); False when the State
+    refused (a closed store: the turn is still not taken in memory)."""
+    try:
+        if before is None:
+            state.remove("session:turn", None, source="session", writer="turn")
+        else:
+            state.set("session:turn", before, source="session", writer="turn")
+    except Exception as exc:
+        log.error("slateflow conversation: could not roll back session:turn: %s", exc)
+        return False
+    return True
 
 
 def check_options(

@@ -31,6 +31,7 @@ import anyio
 
 from ..errors import SessionError, WaitTimeoutError
 from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
+from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
 from ..resolve import BackgroundResult, Deliver, Scheduling, Session
 from ..resolve.clock import wait_on
@@ -47,18 +48,20 @@ from .context import (
     check_options,
     end_turn,
     publish_timing,
+    roll_back_turn,
 )
 from .inbox import (
     DEFAULT_INBOX_LIMIT,
     Inbox,
     ToConversation,
-    forget_delivered,
     record_delivered,
+    redeliver,
     undelivered,
 )
 from .protocols import Governor, TurnHook
 from .redaction import redact as redact_transcript
-from .tools import ToolClaim, ToolDesk, ToolResult
+from .serial import Serial
+from .tools import ToolClaim, ToolDesk, ToolResult, admit_all
 
 __all__ = ["Conversation"]
 
@@ -129,9 +132,8 @@ class Conversation:
         self._cancelled: list[Turn] = []
         self._hooks: list[TurnHook] = []
         self._flows: list[Governor] = []
-        self._desk = ToolDesk(self.admit, self.tool_ok)
-        # No checkpoint when nobody holds it: a turn must not yield to the loop just to start.
-        self._lock = anyio.Lock(fast_acquire=True)
+        self._desk = ToolDesk(self.admit, self._tool_done, self._tool_hooks)
+        self._lock = Serial(self._runtime.spawn)
         self._interrupting = False
         # An interruption ended and the caller's turn is on its way: interrupt results wait
         # for that turn's context instead of being spoken before it.
@@ -171,7 +173,13 @@ class Conversation:
             runtime.check()  # raises: the session is not open, or this is not its thread
         if not isinstance(text, str):
             raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
-        async with self._lock:
+        if self._lock.held_here() or in_flow_action():
+            raise SessionError(
+                "user_turn was called from inside a turn (a flow action, an extractor or a "
+                "hook), which would wait for itself; the caller's next words are a new turn "
+                "of the voice loop"
+            )
+        async with self._lock.hold():
             # The loop moved on: the last context was used (or, explicitly, was not). Settled
             # before this turn's words are read, so a "yes" to a read-back it carried counts.
             self._conclude_previous()
@@ -200,6 +208,7 @@ class Conversation:
                 for flow in flows:
                     await flow.on_turn()
                     counted.append(flow)
+                await self._lock.drain()  # tools its actions ran: their hooks, before we look
                 if self._settle is not None:
                     await self._settle()  # background work that needs no time lands now
                 context = self._context(turn, flows)
@@ -223,14 +232,8 @@ class Conversation:
                 flow.abort_turn()
             except Exception as exc:
                 self._runtime.report(flow, exc)
-        try:
-            if before is None:
-                self.state.remove("session:turn", None, source="session", writer="turn")
-            else:
-                self.state.set("session:turn", before, source="session", writer="turn")
+        if roll_back_turn(self.state, before):
             self._turn_key = before
-        except Exception as exc:  # a closed store: the turn is still not taken in memory
-            log.error("slateflow conversation: could not roll back session:turn: %s", exc)
 
     def context_now(self) -> TurnContext:
         """What the model should be told now, between turns (a background result landed while
@@ -337,16 +340,7 @@ class Conversation:
         with its reason); in observe mode a breach is admitted, flagged ``violation`` and
         recorded by its flow (``record=False``: a question, not a call)."""
         self._runtime.check()
-        flagged = ""
-        once = False
-        for flow in self._live():
-            admission = flow.admit(tool, record=record)
-            once = once or admission.once
-            if not admission.allowed:
-                return Admission(tool, False, admission.reason, once=once)
-            if admission.violation and not flagged:
-                flagged = admission.reason
-        return Admission(tool, True, flagged, violation=bool(flagged), once=once)
+        return admit_all(self._live(), tool, record)
 
     def claim(self, tool: str) -> AbstractAsyncContextManager[ToolClaim]:
         """Admit a call of ``tool`` atomically: ``async with conversation.claim("book") as
@@ -367,11 +361,21 @@ class Conversation:
         self._runtime.check()
         if type(tool) is not str or not tool:
             raise TypeError(f"tool_ok takes the tool's name, got {tool!r}")
+        self._tool_done(tool)
+        await self._tool_hooks(tool)
+
+    def _tool_done(self, tool: str) -> None:
         for flow in self._live():
             flow.on_tool_ok(tool)
-        async with self._lock:
-            for hook in list(self._hooks):
-                await self._hook(hook, hook.on_tool(self, tool))
+
+    async def _tool_hooks(self, tool: str) -> None:
+        # Never waits for the lock: a turn holding it may be waiting for the very action that
+        # ran this tool; it then runs them before it lets go.
+        await self._lock.run_or_leave(lambda: self._on_tool(tool))
+
+    async def _on_tool(self, tool: str) -> None:
+        for hook in list(self._hooks):
+            await self._hook(hook, hook.on_tool(self, tool))
         self.publish_timing()
 
     # -- the context and its hand-over --------------------------------------------------------
@@ -455,13 +459,7 @@ class Conversation:
 
     def redeliver(self, *results: BackgroundResult) -> None:
         """Hand ``results`` to the model again (it never heard them: the bot was cut off)."""
-        for result in results:
-            if not isinstance(result, BackgroundResult):
-                raise TypeError(
-                    f"redeliver takes the BackgroundResults the model did not hear, got {result!r}"
-                )
-        forget_delivered(self.state, list(results))
-        self.inbox.restore(results)
+        redeliver(self.state, self.inbox, results)
 
     async def wait_for_delivery(self, timeout: float | None = None) -> list[BackgroundResult]:
         """Wait until a background result waits for the model (the caller not talking) and
@@ -575,7 +573,7 @@ class Conversation:
             self.publish_timing()
         if since is None or not self._hooks:
             return
-        async with self._lock:
+        async with self._lock.hold():
             for hook in list(self._hooks):
                 await self._hook(hook, hook.on_step_change(self, since))
             # Between turns, a re-read's turn-scoped keys belong to no turn: a stale

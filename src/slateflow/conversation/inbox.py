@@ -30,6 +30,7 @@ __all__ = [
     "ToConversation",
     "forget_delivered",
     "record_delivered",
+    "redeliver",
     "undelivered",
 ]
 
@@ -205,6 +206,19 @@ def forget_delivered(state: State, results: list[BackgroundResult]) -> None:
         return out
 
     state.modify(DELIVERED_KEY, {}, back, source="session", writer="delivery")
+
+
+def redeliver(state: State, inbox: Inbox, results: Iterable[BackgroundResult]) -> None:
+    """Put ``results`` back in ``inbox`` and forget they were delivered (the model never heard
+    them: the bot was cut off)."""
+    results = list(results)
+    for result in results:
+        if not isinstance(result, BackgroundResult):
+            raise TypeError(
+                f"redeliver takes the BackgroundResults the model did not hear, got {result!r}"
+            )
+    forget_delivered(state, results)
+    inbox.restore(results)
 
 
 def _count(value: object) -> int:

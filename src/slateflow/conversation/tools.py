@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,10 @@ import anyio
 
 from ..errors import SessionError, ToolCallError
 from ..flow import Admission
+from ..resolve.sections import entered, inside
+from .protocols import Governor
 
-__all__ = ["ToolClaim", "ToolDesk", "ToolResult"]
+__all__ = ["ToolClaim", "ToolDesk", "ToolResult", "admit_all"]
 
 
 class ToolClaim(Admission):
@@ -100,10 +102,12 @@ class ToolDesk:
     def __init__(
         self,
         admit: Callable[[str], Admission],
-        succeeded: Callable[[str], Awaitable[None]],
+        succeeded: Callable[[str], None],
+        after: Callable[[str], Awaitable[None]],
     ) -> None:
         self._admit = admit
-        self._succeeded = succeeded
+        self._succeeded = succeeded  # counts the tool as done: synchronous, cannot be cancelled
+        self._after = after  # what runs after a success (the conversation's hooks)
         self._held: dict[str, anyio.Event] = {}  # once-only tools with a call in flight
         self._running: dict[tuple[str, str], _Running] = {}
 
@@ -112,6 +116,12 @@ class ToolDesk:
         """Admit a call of ``tool`` atomically; see :class:`ToolClaim`."""
         _check_tool(tool, "claim")
         while (held := self._held.get(tool)) is not None:
+            if inside(held):
+                raise SessionError(
+                    f"tool {tool!r} was called from inside its own call: a once-only tool is "
+                    "held until its call ends, so this call would wait for itself forever; "
+                    "call the function directly, or give the inner call its own tool"
+                )
             await held.wait()  # then decide on what that call came to
         # No await from here to the hold: nothing can slip between the check and the claim.
         claim = ToolClaim(self._admit(tool))
@@ -122,15 +132,18 @@ class ToolDesk:
         if claim.once:
             release = self._held[tool] = anyio.Event()
         try:
-            yield claim
+            with entered(release) if release is not None else nullcontext():
+                yield claim
             if not claim.failed:
-                # The side effect happened: count it even if the caller is cancelled now.
-                with anyio.CancelScope(shield=True):
-                    await self._succeeded(tool)
+                # The side effect happened: counted before anything can be cancelled (no lock
+                # is waited for under a shield: that could wedge the call).
+                self._succeeded(tool)
         finally:
             if release is not None:
                 del self._held[tool]
                 release.set()
+        if not claim.failed:
+            await self._after(tool)
 
     async def run(
         self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
@@ -149,6 +162,11 @@ class ToolDesk:
         key = (tool, _canonical(args))
         running = self._running.get(key)
         if running is not None:
+            if inside(running):
+                raise SessionError(
+                    f"tool {tool!r} was called from inside its own call with the same "
+                    "arguments: it would share its own result and wait for itself forever"
+                )
             await running.done.wait()
             return _shared(tool, running)
         running = self._running[key] = _Running()
@@ -157,9 +175,10 @@ class ToolDesk:
                 if not claim:
                     running.result = ToolResult(tool, False, reason=claim.reason)
                 else:
-                    value = fn(**args)
-                    if inspect.isawaitable(value):
-                        value = await value
+                    with entered(running):
+                        value = fn(**args)
+                        if inspect.isawaitable(value):
+                            value = await value
                     running.result = ToolResult(
                         tool, True, value, reason=claim.reason, violation=claim.violation
                     )
@@ -170,6 +189,21 @@ class ToolDesk:
             del self._running[key]
             running.done.set()
         return running.result
+
+
+def admit_all(flows: Iterable[Governor], tool: str, record: bool) -> Admission:
+    """Whether every flow admits ``tool`` (the first refusal wins, with its reason); an
+    observe-mode breach is admitted, flagged ``violation``."""
+    flagged = ""
+    once = False
+    for flow in flows:
+        admission = flow.admit(tool, record=record)
+        once = once or admission.once
+        if not admission.allowed:
+            return Admission(tool, False, admission.reason, once=once)
+        if admission.violation and not flagged:
+            flagged = admission.reason
+    return Admission(tool, True, flagged, violation=bool(flagged), once=once)
 
 
 def _shared(tool: str, running: _Running) -> ToolResult:

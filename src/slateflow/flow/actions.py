@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import FlowError, SlateError
+from ..resolve.sections import entered, inside
 from .definition import Flow
 from .steps import OnEnter, Step
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..resolve.background import Deliver
     from ..resolve.session import Session
 
-__all__ = ["Actions", "check_actions", "send"]
+__all__ = ["Actions", "check_actions", "in_flow_action", "send"]
 
 log = logging.getLogger("slateflow.flow")
 
@@ -49,6 +50,15 @@ def send(signal: Any, sender: object, flow: str, **kwargs: Any) -> None:
             receiver(sender, flow=flow, **kwargs)
         except Exception:
             log.exception("flow %r: a %s receiver failed; the flow goes on", flow, signal.name)
+
+
+_ACTIONS = object()  # the section call-mode actions run in
+
+
+def in_flow_action() -> bool:
+    """Whether the running code is a flow's call-mode ``on_enter`` action (or a task it
+    started): a turn may be waiting for it, so it must not wait for a turn."""
+    return inside(_ACTIONS)
 
 
 class Actions:
@@ -110,7 +120,7 @@ class Actions:
                     return
                 while self._calls and not self._closed:
                     action = self._calls.pop(0)
-                    with contextlib.suppress(SlateError):
+                    with contextlib.suppress(SlateError), entered(_ACTIONS):
                         # Its error is in '<name>:error' for the flow to see: nothing to raise.
                         await session.call(action.resolver)
         finally:
