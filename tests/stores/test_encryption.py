@@ -192,3 +192,67 @@ def test_a_file_written_without_a_key_may_hold_seal_look_alikes(tmp_path: Path) 
         state.set("notes:odd", {"$sealed": "not a token"})
     with State.open(path) as again:  # not taken for an encrypted value
         assert again.get("notes:odd") == {"$sealed": "not a token"}
+
+
+# -- a secret declared late ------------------------------------------------------------------
+
+
+def test_a_secret_declared_late_is_sealed_on_disk_at_once_history_and_all(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    key = new_key()
+    with State.open(path, encryption_key=key) as state:
+        state.set("card:number", CARD)  # not secret yet: stored in clear
+        state.set("booking:size", 4)
+        state.flush()
+        assert CARD.encode() in on_disk(path)
+        state.policy("card:*", secret=True)
+        assert CARD.encode() not in on_disk(path)  # sealed as it was declared
+        state.set("card:number", "4000000000000002")  # written again: sealed too
+        state.flush()
+        assert CARD.encode() not in on_disk(path)
+        assert b"4000000000000002" not in on_disk(path)
+        assert state.journal.at(1).get("card:number") == CARD  # history kept, opened by the key
+    with State.open(path, encryption_key=key) as again:  # digests re-chained: it opens
+        assert again.get("card:number") == "4000000000000002"
+        assert again.journal.at(1).get("card:number") == CARD
+        assert again.get("booking:size") == 4
+
+
+def test_a_secret_declared_late_after_compaction_seals_the_base(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    key = new_key()
+    with State.open(path, encryption_key=key) as state:
+        state.set("card:number", CARD)
+        state.set("booking:size", 4)
+        state.journal.compact()
+        state.set("booking:size", 5)
+        state.policy("card:*", secret=True)
+        assert CARD.encode() not in on_disk(path)
+    with State.open(path, encryption_key=key) as again:
+        assert again.get("card:number") == CARD
+        assert again.get("booking:size") == 5
+
+
+def test_declaring_the_same_secret_again_after_a_restart_rewrites_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    key = new_key()
+    with State.open(path, encryption_key=key) as state:
+        state.policy("card:*", secret=True)
+        state.set("card:number", CARD)
+    before = path.read_bytes()
+    with State.open(path, encryption_key=key) as again:
+        store = again.store
+        assert isinstance(store, SealedStore)
+        again.policy("card:*", secret=True)
+        assert store.reseal() == 0
+        assert again.get("card:number") == CARD
+    assert CARD.encode() not in before
+
+
+def test_a_compacted_clear_value_leaves_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    with State.open(path) as state:
+        state.set("note", "call me at 555-0199")
+        state.set("note", "done")
+        state.journal.compact()
+        assert b"555-0199" not in on_disk(path)

@@ -68,7 +68,12 @@ def add_rule(
             )
     store = engine.store
     durable = store is not None and store.durability != "memory"
-    if secret and durable and not isinstance(store, SealedStore):
+    if secret and isinstance(store, SealedStore):
+        # Values written before the key was secret are in the file in clear: seal them now.
+        resealed = store.reseal()
+        if resealed:
+            log.info("sealed %d stored record(s) of %r written in clear", resealed, pattern)
+    elif secret and durable:
         log.warning(
             "secret values of %r will be stored in clear in %s: open it with "
             "State.open(path, encryption_key=...) to encrypt them",

@@ -223,6 +223,28 @@ class SealedStore:
     def __repr__(self) -> str:
         return f"<SealedStore over {self.inner!r}>"
 
+    def reseal(self) -> int:
+        """Seal the stored values of secret keys that are in clear (written before the key was
+        declared secret), in every commit and the base, rewriting the file in place; returns
+        how many records were rewritten (0 for a store that cannot rewrite its history)."""
+        rewrite = getattr(self.inner, "rewrite", None)
+        if rewrite is None or getattr(self.inner, "readonly", False):
+            return 0
+
+        def change(row: ChangeRow) -> ChangeRow:
+            key, value, version, *rest = row
+            if not version or value is None or is_sealed(value) or not self.secret(key):
+                return row
+            return (key, self.sealer.seal(unescape(value)), version, *rest)  # type: ignore[return-value]
+
+        def entry(row: EntryRow) -> EntryRow:
+            key, value, *rest = row
+            if value is None or is_sealed(value) or not self.secret(key):
+                return row
+            return (key, self.sealer.seal(unescape(value)), *rest)  # type: ignore[return-value]
+
+        return int(rewrite(change, entry))
+
     # -- sealing ------------------------------------------------------------------------------
 
     def _stored(self, key: str, value: Any) -> Any:

@@ -36,6 +36,7 @@ from .sqlite_format import (
     check_format,
     check_header,
 )
+from .sqlite_jobs import ChangeFn, Compact, EntryFn, Rewrite, rewrite_history
 
 __all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "SQLiteStore"]
 
@@ -51,13 +52,7 @@ _DAMAGE = (sqlite3.Error, ValueError, TypeError, OverflowError)
 _Encoded = tuple[int, int, str, str]
 
 
-class _Compact:
-    __slots__ = ("entries", "seq", "written")
-
-    def __init__(self, seq: int, entries: str) -> None:
-        self.seq = seq
-        self.entries = entries
-        self.written = threading.Event()
+_Item = _Encoded | Compact | Rewrite
 
 
 class SQLiteStore(Checkpoints):
@@ -116,7 +111,7 @@ class SQLiteStore(Checkpoints):
         self.durability: Durability = durability
         self.max_delay = float(max_delay) if durability == "batch" else 0.0
         self.error: Exception | None = None
-        self._queue: deque[_Encoded | _Compact] = deque()
+        self._queue: deque[_Item] = deque()
         self._max_lag_ns = int(max_lag * 1e9)
         self._max_queue = max_queue
         # No commit in the queue is older than this (monotonic ns): reset by append when the
@@ -182,6 +177,9 @@ class SQLiteStore(Checkpoints):
             if self.readonly:
                 return conn
             conn.execute("PRAGMA journal_mode=WAL")
+            # A compaction or a re-seal deletes what it replaces: overwrite it, rather than
+            # leave old values (secrets written in clear among them) in free pages.
+            conn.execute("PRAGMA secure_delete=ON")
             sync = "FULL" if self.durability == "sync" else "NORMAL"
             conn.execute(f"PRAGMA synchronous={sync}")
         except StoreError:
@@ -403,7 +401,7 @@ class SQLiteStore(Checkpoints):
                 return False
             if not queue:
                 return True
-            items: list[_Encoded | _Compact] = []
+            items: list[_Item] = []
             self._since = time.monotonic_ns()
             while queue:
                 items.append(queue.popleft())
@@ -413,14 +411,16 @@ class SQLiteStore(Checkpoints):
             except Exception as exc:
                 self._fail(exc)
                 return False
-            commits = [i for i in items if not isinstance(i, _Compact)]
+            commits = [i for i in items if isinstance(i, tuple)]
             with self._done:
                 if commits:
                     self._durable = max(self._durable, commits[-1][0])
                 self._done.notify_all()
             for item in items:
-                if isinstance(item, _Compact):
+                if isinstance(item, Compact):
                     item.written.set()
+                elif isinstance(item, Rewrite):
+                    item.done.set()
             return True
 
     def _check_in_place(self, conn: sqlite3.Connection) -> None:
@@ -433,13 +433,18 @@ class SQLiteStore(Checkpoints):
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             raise
 
-    def _write(self, conn: sqlite3.Connection, items: list[_Encoded | _Compact]) -> None:
+    def _write(self, conn: sqlite3.Connection, items: list[_Item]) -> None:
         tip = self._tip if self._tip is not None else self._tip_on_disk(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
             rows: list[tuple[int, int, str, str, bytes]] = []
             for item in items:
-                if isinstance(item, _Compact):
+                if isinstance(item, Rewrite):
+                    if rows:
+                        conn.executemany(_INSERT, rows)
+                        rows = []
+                    tip = rewrite_history(conn, item, self._chained_after, tip)
+                elif isinstance(item, Compact):
                     if rows:
                         conn.executemany(_INSERT, rows)
                         rows = []
@@ -462,6 +467,10 @@ class SQLiteStore(Checkpoints):
                 conn.execute("ROLLBACK")
             raise
         self._tip = tip
+        if any(not isinstance(i, tuple) for i in items):
+            # A compaction or a rewrite goes into the file now: until a checkpoint, the pages
+            # it replaced stay in the file beside the -wal.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _tip_on_disk(self, conn: sqlite3.Connection) -> bytes:
         """The digest the next commit chains to, for a store written before it was loaded."""
@@ -521,7 +530,7 @@ class SQLiteStore(Checkpoints):
         # Queued behind every commit it summarises, so they are on disk before it replaces them.
         if self.readonly:
             raise self._readonly()
-        job = _Compact(seq, encode_entries(entries))
+        job = Compact(seq, encode_entries(entries))
         self._queue.append(job)
         if self._writer is None:
             self._start_writer()
@@ -529,6 +538,22 @@ class SQLiteStore(Checkpoints):
         while not job.written.wait(0.5):
             if self.error is not None:
                 raise self.error
+
+    def rewrite(self, change: ChangeFn, entry: EntryFn) -> int:
+        """Pass every stored change and base entry through ``change`` / ``entry`` and write
+        back those that changed, digests re-chained (see :mod:`slateflow.stores.sqlite_jobs`);
+        returns how many records were rewritten. Queued behind every commit appended."""
+        if self.readonly:
+            raise self._readonly()
+        job = Rewrite(change, entry)
+        self._queue.append(job)
+        if self._writer is None:
+            self._start_writer()
+        self._wake.set()
+        while not job.done.wait(0.5):
+            if self.error is not None:
+                raise self.error
+        return job.rewritten
 
     def close(self) -> None:
         """Write what is queued, stop the writer and close the file (idempotent)."""
