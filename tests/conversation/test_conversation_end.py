@@ -67,7 +67,7 @@ async def test_in_observe_mode_a_tool_called_after_the_end_is_recorded_as_a_viol
         assert "terminated" in violation.reason
 
 
-async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
+async def test_in_explicit_handover_the_call_is_over_only_once_the_goodbye_was_confirmed() -> None:
     ended: list[str] = []
 
     def hang_up(sender: Any, flow: str) -> None:
@@ -76,7 +76,7 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
     signals.flow_over.connect(hang_up)
     try:
         async with session_on() as session:
-            conversation = Conversation(session, tools=TOOLS)
+            conversation = Conversation(session, tools=TOOLS, handover="explicit")
             runner, goodbye = await terminated(conversation)
             assert runner.is_terminated  # already true on the goodbye turn ...
             assert not runner.is_over  # ... but the goodbye has not reached the model
@@ -92,7 +92,7 @@ async def test_the_call_is_over_only_once_the_goodbye_was_handed_over() -> None:
 
 async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> None:
     state = State()
-    async with conversation_on(state) as conversation:
+    async with conversation_on(state, handover="explicit") as conversation:
         runner = conversation.run_flow(booking())
         state.update({"b:size": 2, "b:booked": True})
         assert runner.is_complete
@@ -108,12 +108,45 @@ async def test_a_plain_flow_is_over_when_its_closing_words_are_handed_over() -> 
 
 async def test_a_stack_whose_main_flow_completes_is_over_after_its_closing_words() -> None:
     state = State()
-    async with conversation_on(state) as conversation:
+    async with conversation_on(state, handover="explicit") as conversation:
         runner = conversation.run_flow(stack())
         state.update({"b:size": 2, "b:booked": True})
-        await conversation.user_turn("thanks")
+        closing = await conversation.user_turn("thanks")
         assert runner.is_complete
         assert not runner.is_over
-        await conversation.user_turn("bye")  # the last context was used
+        closing.handed_over()
         assert runner.is_over
         assert state.get(OVER_KEY) is True
+
+
+async def test_with_the_default_handover_the_goodbye_turn_ends_the_call() -> None:
+    # A simple loop: take a turn, speak its context, hang up once the call is over. It never
+    # confirms a context, and after the goodbye no next context is built to count it.
+    ended: list[str] = []
+
+    def hang_up(sender: Any, flow: str) -> None:
+        ended.append(flow)
+
+    signals.flow_over.connect(hang_up)
+    try:
+        async with conversation_on(tools=TOOLS) as conversation:
+            runner, goodbye = await terminated(conversation)
+            assert goodbye.postures == ("Say goodbye.",)
+            assert goodbye.status == "handed_over"
+            assert runner.is_over
+            assert conversation.state.get(OVER_KEY) is True
+            assert ended == ["booking"]
+    finally:
+        signals.flow_over.disconnect(hang_up)
+
+
+async def test_with_the_default_handover_a_completed_plain_flow_ends_on_its_closing_turn() -> None:
+    state = State()
+    async with conversation_on(state) as conversation:
+        runner = conversation.run_flow(booking())
+        assert (await conversation.user_turn("two people")).status == "pending"
+        state.update({"b:size": 2, "b:booked": True})
+        closing = await conversation.user_turn("great, thanks")
+        assert closing.postures == ("Thank them and say goodbye.",)
+        assert runner.is_over
+        assert state.get("flow:booking:over") is True

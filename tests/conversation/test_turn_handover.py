@@ -509,3 +509,46 @@ async def test_a_loop_is_not_woken_for_results_held_for_the_callers_coming_turn(
         ctx = await conversation.user_turn("is there a table?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
         assert waiting == []
+
+
+# -- a digression's answer must be told before it gives the floor back --------------------------
+
+WHERE = "We are at 12 Harbour Street."
+
+
+def where_stack() -> FlowStack:
+    address = Flow("address", [Step("answer", terminal=True, posture=WHERE)])
+    return FlowStack(booking(), [Digression("address", is_set("turn:where"), address)])
+
+
+def where_extractor() -> Any:
+    return Extract("where").field_to("where", "turn:where", one_of(["where"])).build()
+
+
+@pytest.mark.parametrize("lost", ["dropped", "superseded"])
+async def test_a_digression_keeps_the_floor_until_its_answer_was_told(lost: str) -> None:
+    async with conversation_on(handover="explicit") as conversation:
+        conversation.add_extractor(where_extractor())
+        stack = conversation.run_flow(where_stack())
+        asked = await conversation.user_turn("where are you?")
+        assert asked.postures == (WHERE,)
+        if lost == "dropped":
+            asked.dropped()  # the reply was cancelled before the model spoke
+        # "superseded": two messages fed in one reply; building the next context drops it
+        again = await conversation.user_turn("four people")
+        assert stack.overlay == "address"  # the question is not lost ...
+        assert again.postures == (WHERE,)  # ... its answer is said again
+        again.handed_over()
+        assert conversation.state.get("flow:address:told") == ["answer"]
+        back = await conversation.user_turn("ok")
+        assert stack.overlay is None  # told: now it gives the floor back
+        assert back.postures != (WHERE,)
+
+
+async def test_with_the_default_handover_a_digression_told_once_closes_at_the_next_turn() -> None:
+    async with conversation_on() as conversation:
+        conversation.add_extractor(where_extractor())
+        stack = conversation.run_flow(where_stack())
+        await conversation.user_turn("where are you?")
+        await conversation.user_turn("thanks")  # the loop moved on: the answer was used
+        assert stack.overlay is None

@@ -402,6 +402,8 @@ class Conversation:
             turn, briefs, self.tools, ask, deliveries, self._said, self._conclude
         )
         self._pending = context.handover
+        if self.handover == "auto" and any(b.closing for b in briefs):
+            context.handed_over()  # the goodbye: no next context will count it (see docs)
         if context.voice_timing != self._timing:
             self._publish(context.voice_timing)
         return context

@@ -32,6 +32,8 @@ class Brief:
     asked about; ``refused`` says why each of those it refuses now is refused (in observe mode
     nothing is refused). ``timing`` is the speaking steps' merged :class:`VoiceTiming`.
     ``told`` records the speaking steps as told at a user turn (None when no step speaks).
+    ``closing`` is true when they are the call's closing words: handing them over ends the call
+    (``flow:over``).
     """
 
     postures: tuple[str, ...] = ()
@@ -42,6 +44,7 @@ class Brief:
     refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     timing: VoiceTiming | None = None
     told: TellMarker | None = field(default=None, compare=False)
+    closing: bool = False
 
     @property
     def lines(self) -> tuple[str, ...]:

@@ -462,6 +462,7 @@ class FlowRunner:
             refused,
             merge_timing(timings) if timings else None,
             told,
+            closing and told is not None,
         )
 
     def _ground(self, ground: Ground) -> str:

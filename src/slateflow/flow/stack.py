@@ -96,6 +96,7 @@ class StackRunner:
         self._active: tuple[Digression, FlowRunner] | None = None
         # The turn whose context says a completed digression's closing words (None: none).
         self._closing_turn: int | None = None
+        self._closing_told = False  # its closing words reached the model (it may leave)
         self._driving = False  # in on_turn or on_tool_ok, which check the closing themselves
         self.terminated: str | None = None
         """The digression that ended the conversation, once one has."""
@@ -243,8 +244,9 @@ class StackRunner:
     def _told(self, inner: TellMarker | None) -> TellMarker | None:
         """The speaking layer's marker, which once the conversation has ended (and its closing
         context reaches the model) also makes the call over."""
-        ending = self.terminated is not None or (self._active is None and self.main.is_complete)
-        if not ending or self._over:
+        if self._closing_turn is not None and not self._closing_told and inner is not None:
+            inner = self._closing_marker(inner)
+        if not self._ending() or self._over:
             return inner
 
         def told_and_over(turn: int) -> None:
@@ -253,6 +255,19 @@ class StackRunner:
             self._mark_over()
 
         return told_and_over
+
+    def _ending(self) -> bool:
+        return self.terminated is not None or (self._active is None and self.main.is_complete)
+
+    def _closing_marker(self, inner: TellMarker) -> TellMarker:
+        """A completed digression's marker, which also notes that its closing words were told:
+        it keeps the floor until they are (a dropped context must not lose the answer)."""
+
+        def told(turn: int) -> None:
+            inner(turn)
+            self._closing_told = True
+
+        return told
 
     @property
     def is_over(self) -> bool:
@@ -291,7 +306,12 @@ class StackRunner:
     async def _turn(self) -> None:
         self.turns += 1
         closing = self._closing_turn
-        if self._active is not None and closing is not None and self.turns > closing:
+        if (
+            self._active is not None
+            and closing is not None
+            and self.turns > closing
+            and self._closing_told
+        ):
             self._leave()
         if self.terminated is not None:
             return
@@ -328,12 +348,15 @@ class StackRunner:
         """Note a digression that completed: it speaks its closing words on this turn (or, when
         it completed between turns, on the next one), and one that terminates ends the
         conversation at once (no tool may run while they are said)."""
-        complete = self._active is not None and self._active[1].is_complete
-        if not complete:
+        active = self._active
+        if active is None or not active[1].is_complete:
             self._closing_turn = None
             return
         if self._closing_turn is None:
             self._closing_turn = self.turns + (1 if between_turns else 0)
+            # Run by a session, the conversation tells the model and says so; nothing to say
+            # (no speaking step), or driven by hand: nothing to wait for before it leaves.
+            self._closing_told = self.session is None or active[1].brief().told is None
         if (
             self._active is not None
             and self._active[0].then == "terminate"
@@ -424,6 +447,7 @@ class StackRunner:
             refused,
             inner.timing,
             self._told(inner.told),
+            self._ending() and not self._over,
         )
 
     @property
