@@ -180,3 +180,60 @@ async def test_manual_clock_refuses_a_nan_sleep_or_deadline() -> None:
         clock.deadline(float("nan"))
     await clock.advance(1)  # nothing was left behind to wedge it
     assert clock.pending == 0
+
+
+# -- the State's own waits follow the session's clock --------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_state_wait_for_under_a_manual_clock_fails_instead_of_hanging() -> None:
+    from slateflow import Session
+    from slateflow.errors import WaitTimeoutError
+
+    async with Session(State(), clock=ManualClock()) as session:
+        with anyio.fail_after(10), pytest.raises(WaitTimeoutError, match="'never:set'"):
+            await session.state.wait_for("never:set")  # nothing could ever set it
+
+
+@pytest.mark.anyio
+async def test_state_wait_until_times_out_on_the_manual_clock_not_the_wall() -> None:
+    from slateflow import Session
+    from slateflow.errors import WaitTimeoutError
+
+    clock = ManualClock()
+    async with Session(State(), clock=clock) as session:
+        began, wall = clock.monotonic(), time.monotonic()
+        with pytest.raises(WaitTimeoutError, match="after 30"):
+            await session.state.wait_until(lambda s: s.get("x") == 1, timeout=30)
+        assert clock.monotonic() - began == pytest.approx(30)  # 30 s of the session's clock
+        assert time.monotonic() - wall < 5  # not 30 s of wall time
+
+
+@pytest.mark.anyio
+async def test_state_wait_for_sees_a_value_set_by_a_timer_on_the_manual_clock() -> None:
+    from slateflow import Session
+
+    clock = ManualClock()
+    async with Session(State(), clock=clock) as session:
+        began = clock.monotonic()
+
+        async def later() -> None:
+            await clock.sleep(5)
+            session.state.set("x", 1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(later)
+            assert await session.state.wait_for("x", timeout=60) == 1
+        assert clock.monotonic() - began == pytest.approx(5)  # woken when the timer fired
+
+
+@pytest.mark.anyio
+async def test_after_the_session_closes_the_states_waits_use_the_loops_clock_again() -> None:
+    from slateflow import Session
+    from slateflow.errors import WaitTimeoutError
+
+    state = State()
+    async with Session(state, clock=ManualClock()):
+        pass
+    with pytest.raises(WaitTimeoutError, match="after 0.01"):
+        await state.wait_for("x", timeout=0.01)

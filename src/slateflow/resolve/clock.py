@@ -17,7 +17,7 @@ from typing import Literal, Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "WaitOutcome", "wait_on"]
+__all__ = ["Clock", "ClockTime", "ManualClock", "SystemClock", "WaitOutcome", "wait_on"]
 
 
 @runtime_checkable
@@ -288,6 +288,22 @@ async def wait_on(clock: Clock, event: anyio.Event, timeout: float | None) -> Wa
     with clock.deadline(timeout):
         await event.wait()
     return "set" if event.is_set() else "timeout"
+
+
+class ClockTime:
+    """A :class:`~slateflow.state.waits.Timekeeper` over ``clock``: a Session hands one to its
+    State, so ``state.wait_for`` / ``wait_until`` follow the session's clock."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    async def wait(self, event: anyio.Event, timeout: float | None) -> WaitOutcome:
+        return await wait_on(self.clock, event, timeout)
 
 
 async def settle(max_rounds: int = 10_000) -> None:

@@ -20,6 +20,7 @@ import anyio
 from ..errors import SessionError
 from ..state import Change, Key, State
 from ..state.keys import key_name
+from ..state.waits import keep_time
 from ..state.when import Transition
 from .background import (
     AckFormatter,
@@ -29,7 +30,7 @@ from .background import (
     default_ack,
     default_result,
 )
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, ClockTime
 from .recovery import Recovery
 from .resolver import OnConflict, Resolver
 from .run import Run
@@ -107,6 +108,7 @@ class Session:
         self._closers: dict[int, Callable[[], object]] = {}
         self._closer_ids = itertools.count()
         self._host: tuple[anyio.Event, anyio.Event, list[BaseException]] | None = None
+        self._forget_clock: Callable[[], None] = _nothing
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -116,6 +118,9 @@ class Session:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self.runtime.begin(tg)
+        if self.clock is not SYSTEM_CLOCK:
+            # The State's own waits follow this clock while the session is open.
+            self._forget_clock = keep_time(self.state, ClockTime(self.clock))
         self._scheduler.begin()
         self._recovery.opened_seq = self.state.journal.cursor
         return self
@@ -129,6 +134,7 @@ class Session:
         tg = self.runtime.tg
         assert tg is not None
         self.runtime.closing()
+        self._forget_clock()
         try:
             self._scheduler.stop_reacting()
             for watcher in list(self._watchers):
@@ -381,3 +387,7 @@ class Session:
     def __repr__(self) -> str:
         state = "open" if self.runtime.open else "closed"
         return f"<Session {state}, {self._scheduler.count} runs>"
+
+
+def _nothing() -> None:
+    return None
