@@ -293,3 +293,97 @@ async def test_bad_tool_calls_are_refused_with_a_clear_error(
         conversation = Conversation(session)
         with pytest.raises(error, match=r"run_tool"):
             await conversation.run_tool(tool, fn, args)
+
+
+# -- what makes two calls one, and a call that ran but failed ---------------------------------
+
+
+class Party:
+    """An argument object whose repr hides its contents (as many do)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __repr__(self) -> str:
+        return "<Party>"
+
+
+async def test_calls_whose_arguments_only_print_the_same_are_not_shared() -> None:
+    _, conversation, _ = booking()
+    gate = anyio.Event()
+    sizes: list[int] = []
+
+    async def lookup(party: Party) -> int:
+        sizes.append(party.size)
+        await gate.wait()
+        return party.size
+
+    async with conversation.session:
+        async with anyio.create_task_group() as tg:
+            results: list[ToolResult] = []
+
+            async def call(party: Party) -> None:
+                results.append(await conversation.run_tool("lookup", lookup, {"party": party}))
+
+            tg.start_soon(call, Party(2))
+            tg.start_soon(call, Party(6))
+            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            gate.set()
+    assert sorted(sizes) == [2, 6]  # each ran: neither got the other's result
+    assert sorted(r.value for r in results) == [2, 6]
+    assert not any(r.shared for r in results)
+
+
+async def test_a_tool_that_returns_its_failure_leaves_a_once_tool_free() -> None:
+    from slateflow.conversation import ToolFailed
+
+    _, conversation, (flow, _) = booking()
+    tries: list[int] = []
+
+    def book_table(party: int) -> Any:
+        tries.append(party)
+        if len(tries) == 1:
+            return ToolFailed("no table is free at 7")
+        return "table 12"
+
+    async with conversation.session:
+        runner = conversation.run_flow(flow)
+        first = await conversation.run_tool("book_table", book_table, {"party": 4})
+        assert first.allowed
+        assert first.failed
+        assert first.value == "no table is free at 7"
+        assert "collect" in runner.active_steps  # not counted as booked
+        second = await conversation.run_tool("book_table", book_table, {"party": 4})
+        assert second.allowed  # the retry is admitted: the once tool never succeeded
+        assert not second.failed
+        assert second.value == "table 12"
+        third = await conversation.run_tool("book_table", book_table, {"party": 4})
+        assert not third.allowed  # now it succeeded once
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [
+        ("circular", "Circular reference"),
+        ("huge", "4300"),
+        ("tuple_key", "keys must be"),
+    ],
+)
+async def test_arguments_no_data_can_hold_are_refused_naming_the_tool(
+    arguments: str, why: str
+) -> None:
+    circular: list[Any] = []
+    circular.append(circular)
+    value = {
+        "circular": circular,
+        "huge": 10**5000,
+        "tuple_key": {(1, 2): "x"},
+    }[arguments]
+    _, conversation, _ = booking()
+    ran: list[Any] = []
+    async with conversation.session:
+        with pytest.raises(ToolCallError, match=rf"tool 'lookup'.*{why}") as raised:
+            await conversation.run_tool("lookup", ran.append, {"value": value})
+    assert "4,300 digits" in str(raised.value)
+    assert ran == []

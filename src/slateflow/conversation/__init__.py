@@ -49,7 +49,7 @@ from .redaction import (
     luhn_valid,
     redact,
 )
-from .tools import ToolClaim, ToolResult
+from .tools import ToolClaim, ToolFailed, ToolResult
 
 __all__ = [
     "CARD",
@@ -79,6 +79,7 @@ __all__ = [
     "Recognizer",
     "Redactor",
     "ToolClaim",
+    "ToolFailed",
     "ToolResult",
     "Trigger",
     "Turn",

@@ -28,7 +28,7 @@ from ..flow import Admission
 from ..resolve.sections import entered, inside
 from .protocols import Governor
 
-__all__ = ["ToolClaim", "ToolDesk", "ToolResult", "admit_all"]
+__all__ = ["ToolClaim", "ToolDesk", "ToolFailed", "ToolResult", "admit_all"]
 
 
 class ToolClaim(Admission):
@@ -70,12 +70,23 @@ class ToolClaim(Admission):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolFailed:
+    """What a tool's function returns when it ran but did not succeed ("no table free"):
+    ``return ToolFailed("no table is free at 7")``. ``run_tool`` then reports the call as
+    failed (a ``once`` tool may be called again) and hands ``value`` back, with
+    ``failed=True``."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """What ``conversation.run_tool`` came to.
 
     ``allowed`` False: the call was refused and ``reason`` says why, for the model. Otherwise
-    ``value`` is what the tool returned; ``shared`` is True for a caller that got the result
-    of an identical call already running, instead of running the tool again.
+    ``value`` is what the tool returned (unwrapped from :class:`ToolFailed`, with ``failed``
+    True, when it ran but did not succeed); ``shared`` is True for a caller that got the
+    result of an identical call already running, instead of running the tool again.
     """
 
     tool: str
@@ -84,6 +95,7 @@ class ToolResult:
     reason: str = ""
     shared: bool = False
     violation: bool = False
+    failed: bool = False
 
 
 @dataclass(slots=True)
@@ -159,7 +171,10 @@ class ToolDesk:
                 f"got {type(arguments).__name__}"
             )
         args = dict(arguments or {})
-        key = (tool, _canonical(args))
+        identity = _identity(tool, args)
+        if identity is None:  # not plain data: it cannot be told equal to another call's
+            return await self._execute(tool, fn, args, _Running())
+        key = (tool, identity)
         running = self._running.get(key)
         if running is not None:
             if inside(running):
@@ -171,6 +186,14 @@ class ToolDesk:
             return _shared(tool, running)
         running = self._running[key] = _Running()
         try:
+            return await self._execute(tool, fn, args, running)
+        finally:
+            del self._running[key]
+
+    async def _execute(
+        self, tool: str, fn: Callable[..., Any], args: dict[str, Any], running: _Running
+    ) -> ToolResult:
+        try:
             async with self.claim(tool) as claim:
                 if not claim:
                     running.result = ToolResult(tool, False, reason=claim.reason)
@@ -179,15 +202,24 @@ class ToolDesk:
                         value = fn(**args)
                         if inspect.isawaitable(value):
                             value = await value
+                    failed = type(value) is ToolFailed
+                    if failed:
+                        claim.fail()
+                        value = value.value
                     running.result = ToolResult(
-                        tool, True, value, reason=claim.reason, violation=claim.violation
+                        tool,
+                        True,
+                        value,
+                        reason=claim.reason,
+                        violation=claim.violation,
+                        failed=failed,
                     )
         except BaseException as exc:
             running.error = exc
             raise
         finally:
-            del self._running[key]
             running.done.set()
+        assert running.result is not None
         return running.result
 
 
@@ -209,7 +241,7 @@ def admit_all(flows: Iterable[Governor], tool: str, record: bool) -> Admission:
 def _shared(tool: str, running: _Running) -> ToolResult:
     if running.result is not None and running.error is None:
         r = running.result
-        return ToolResult(tool, r.allowed, r.value, r.reason, True, r.violation)
+        return ToolResult(tool, r.allowed, r.value, r.reason, True, r.violation, r.failed)
     error = running.error
     if error is None or isinstance(error, anyio.get_cancelled_exc_class()):
         raise ToolCallError(
@@ -221,9 +253,35 @@ def _shared(tool: str, running: _Running) -> ToolResult:
     ) from error
 
 
-def _canonical(args: dict[str, Any]) -> str:
-    """The arguments as canonical text: equal for equal JSON, key order aside."""
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
+class _NotData(Exception):
+    pass
+
+
+def _not_data(value: object) -> Any:
+    raise _NotData
+
+
+def _identity(tool: str, args: dict[str, Any]) -> str | None:
+    """The arguments as canonical JSON text (equal for arguments equal as data, key order
+    aside), or None when they hold a value that is not plain data (an object, NaN): such a
+    call is never taken for another. Raises ``ToolCallError`` for arguments no data can hold
+    (a cycle, an int over 4,300 digits, a dict key that is not a string)."""
+    try:
+        return json.dumps(
+            args, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_not_data
+        )
+    except _NotData:
+        return None
+    except ValueError as exc:
+        if "float" in str(exc):  # NaN or infinity: not equal to itself as data
+            return None
+        why = str(exc)
+    except (TypeError, RecursionError) as exc:
+        why = str(exc) or type(exc).__name__
+    raise ToolCallError(
+        f"tool {tool!r}: its arguments cannot be read as data ({why}); pass JSON-like values: "
+        "dicts with string keys, lists, strings, numbers (ints under 4,300 digits), no cycles"
+    ) from None
 
 
 def _check_tool(tool: object, what: str) -> None:
