@@ -318,18 +318,17 @@ async def test_calls_whose_arguments_only_print_the_same_are_not_shared() -> Non
         await gate.wait()
         return party.size
 
-    async with conversation.session:
-        async with anyio.create_task_group() as tg:
-            results: list[ToolResult] = []
+    async with conversation.session, anyio.create_task_group() as tg:
+        results: list[ToolResult] = []
 
-            async def call(party: Party) -> None:
-                results.append(await conversation.run_tool("lookup", lookup, {"party": party}))
+        async def call(party: Party) -> None:
+            results.append(await conversation.run_tool("lookup", lookup, {"party": party}))
 
-            tg.start_soon(call, Party(2))
-            tg.start_soon(call, Party(6))
-            await anyio.lowlevel.checkpoint()
-            await anyio.lowlevel.checkpoint()
-            gate.set()
+        tg.start_soon(call, Party(2))
+        tg.start_soon(call, Party(6))
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+        gate.set()
     assert sorted(sizes) == [2, 6]  # each ran: neither got the other's result
     assert sorted(r.value for r in results) == [2, 6]
     assert not any(r.shared for r in results)

@@ -71,3 +71,17 @@ def test_the_source_of_a_value_has_its_own_name() -> None:
     state.set("k", 1, source="fetch")
     assert slateflow.state.source_of(state, "k") == "fetch"
     assert state.provenance("k").source == "fetch"  # the record
+
+
+@pytest.mark.parametrize("name", ["\u200b", "a\u200b", "\u202eko", "a\x07"])
+def test_step_ids_and_tool_names_that_print_like_others_are_refused(name: str) -> None:
+    from slateflow.errors import FlowDefinitionError
+
+    with pytest.raises(FlowDefinitionError, match="would print like"):
+        Step(name, terminal=True)
+    with pytest.raises(FlowDefinitionError, match="would print like"):
+        Step("a", allow=[name], terminal=True)
+    with pytest.raises(FlowDefinitionError):
+        Flow("f", [Step("a", terminal=True)], ambient=[name])
+    with pytest.raises(FlowDefinitionError, match="would print like"):
+        once(name)

@@ -935,3 +935,18 @@ def test_a_marking_copies_what_it_is_made_from() -> None:
     assert marking.tools_ok["book"] == 1
     assert marking.done == frozenset({"greet"})
     assert guards.called_ok("book").evaluate(State(), marking)
+
+
+@pytest.mark.parametrize("op", ["gt", "ge", "lt", "le", "between"])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_comparison_with_an_int_too_long_to_print_is_a_guard_format_error(
+    op: str, sign: int
+) -> None:
+
+    huge = sign * 10**5000
+    node: dict[str, Any] = {"op": op, "key": "score"}
+    if op == "between":
+        node.update(low=0, high=huge)
+    else:
+        node["value"] = huge
+    assert "at most 4300 digits" in format_error(wrap(node))

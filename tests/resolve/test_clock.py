@@ -235,5 +235,5 @@ async def test_after_the_session_closes_the_states_waits_use_the_loops_clock_aga
     state = State()
     async with Session(state, clock=ManualClock()):
         pass
-    with pytest.raises(WaitTimeoutError, match="after 0.01"):
+    with pytest.raises(WaitTimeoutError, match=r"after 0\.01"):
         await state.wait_for("x", timeout=0.01)

@@ -26,6 +26,7 @@ import anyio
 from ..errors import SessionError, ToolCallError
 from ..flow import Admission
 from ..resolve.sections import entered, inside
+from ..state.keys import unprintable
 from .protocols import Governor
 
 __all__ = ["ToolClaim", "ToolDesk", "ToolFailed", "ToolResult", "admit_all"]
@@ -285,5 +286,8 @@ def _identity(tool: str, args: dict[str, Any]) -> str | None:
 
 
 def _check_tool(tool: object, what: str) -> None:
-    if type(tool) is not str or not tool:
-        raise SessionError(f"{what} takes the tool's name (a non-empty str), got {tool!r}")
+    if type(tool) is not str or not tool or unprintable(tool):
+        raise SessionError(
+            f"{what} takes the tool's name (a non-empty str with no invisible characters), "
+            f"got {tool!r}"
+        )

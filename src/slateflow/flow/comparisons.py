@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import GuardFormatError, TemplateError
 from ..resolve.template import MISSING, Reference
-from ..state.values import clean, copy_json, same
+from ..state.values import BIG_INT, MAX_INT_DIGITS, clean, copy_json, same
 from .guard_base import EMPTY_MARKING, Explanation, Guard, Marking, show_value, shown_value
 
 if TYPE_CHECKING:
@@ -88,6 +88,11 @@ def _is_number(value: object) -> bool:
 
 
 def _bound(value: object, what: str) -> int | float:
+    if type(value) is int and not -BIG_INT < value < BIG_INT:
+        # Its repr would raise: Python prints no int this long.
+        raise GuardFormatError(
+            f"{what} must be a number of at most {MAX_INT_DIGITS} digits, got a longer int"
+        )
     if not _is_number(value):
         raise GuardFormatError(f"{what} must be a finite number (int or float), got {value!r}")
     return value  # type: ignore[return-value]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FlowDefinitionError
+from ..state.keys import unprintable
 from .guard_base import Guard
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
 def _name(value: object, what: str) -> str:
     if type(value) is not str or not value:
         raise FlowDefinitionError(f"{what} must be a non-empty string, got {value!r}")
+    if why := unprintable(value):
+        raise FlowDefinitionError(f"{what} {value!r} would print like another name: {why}")
     return value
 
 

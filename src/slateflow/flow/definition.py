@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowDefinitionError, InvalidKeyError
-from ..state.keys import check_key
+from ..state.keys import check_key, unprintable
 from .constraints import Before, Commit, Constraint, Never, Once, Require, Reset
 from .guard_base import Guard
 from .steps import Step
@@ -97,8 +97,11 @@ class Flow:
                 )
         amb = [ambient] if isinstance(ambient, str) else list(ambient)
         for tool in amb:
-            if type(tool) is not str or not tool:
-                raise FlowDefinitionError(f"flow {name!r}: ambient holds tool names, got {tool!r}")
+            if type(tool) is not str or not tool or unprintable(tool):
+                raise FlowDefinitionError(
+                    f"flow {name!r}: ambient holds tool names (printable, no invisible "
+                    f"characters), got {tool!r}"
+                )
         self.ambient: tuple[str, ...] = tuple(dict.fromkeys(amb))
         self._built = False
         self._checked = False  # compile() passed (with the registry in _tools)

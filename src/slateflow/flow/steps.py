@@ -10,6 +10,7 @@ from ..errors import FlowDefinitionError, TemplateError
 from ..resolve.background import Deliver, Scheduling
 from ..resolve.resolver import Resolver
 from ..resolve.run import Mode
+from ..state.keys import unprintable
 from .ground import Ground
 from .guard_base import Guard
 from .repair import RepairPolicy
@@ -114,6 +115,10 @@ def _tools(value: Iterable[str] | None, step: str, what: str) -> tuple[str, ...]
     for tool in items:
         if type(tool) is not str or not tool:
             raise FlowDefinitionError(f"step {step!r}: {what} holds tool names, got {tool!r}")
+        if why := unprintable(tool):
+            raise FlowDefinitionError(
+                f"step {step!r}: tool name {tool!r} in {what} would print like another: {why}"
+            )
     return tuple(dict.fromkeys(items))
 
 
@@ -179,6 +184,8 @@ class Step:
     ) -> None:
         if type(id) is not str or not id.strip():
             raise FlowDefinitionError(f"a step id is a non-empty string, got {id!r}")
+        if why := unprintable(id):
+            raise FlowDefinitionError(f"step id {id!r} would print like another step's: {why}")
         self.id = id
         entries = [after] if isinstance(after, str | Edge) else list(after)
         edges: list[Edge] = []

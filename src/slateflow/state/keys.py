@@ -22,6 +22,7 @@ __all__ = [
     "key_name",
     "result_key",
     "status_key",
+    "unprintable",
 ]
 
 T = TypeVar("T")
@@ -66,6 +67,28 @@ def key_list(keys: str | Key[Any] | Iterable[str | Key[Any]]) -> list[str | Key[
     return [keys] if isinstance(keys, str | Key) else list(keys)
 
 
+def _hidden(ch: str) -> str:
+    if unicodedata.category(ch) == "Cc":
+        return f"it contains a control character ({ch!r})"
+    if _INVISIBLE_RE.match(ch) or unicodedata.category(ch) in ("Cf", "Cs"):
+        name = unicodedata.name(ch, "a surrogate or non-character")
+        return f"it contains an invisible or text-reordering character (U+{ord(ch):04X} {name})"
+    return ""
+
+
+def unprintable(text: str) -> str:
+    """Why ``text`` (a name: a step id, a tool) would not print as itself: it holds a control,
+    invisible or text-reordering character, or is only whitespace; ``""`` when it is fine."""
+    if not text.strip():
+        return "it is blank"
+    for ch in text:
+        if not ch.isascii() or not ch.isprintable():
+            hidden = _hidden(ch)
+            if hidden:
+                return hidden
+    return ""
+
+
 def _why_invalid(key: str) -> str:
     if not key:
         return "it is empty"
@@ -74,14 +97,9 @@ def _why_invalid(key: str) -> str:
     for ch in key:
         if ch.isspace():
             return f"it contains whitespace ({ch!r})"
-        if unicodedata.category(ch) == "Cc":
-            return f"it contains a control character ({ch!r})"
-        if _INVISIBLE_RE.match(ch) or unicodedata.category(ch) in ("Cf", "Cs"):
-            name = unicodedata.name(ch, "a surrogate or non-character")
-            return (
-                f"it contains an invisible or text-reordering character (U+{ord(ch):04X} "
-                f"{name}), so it would print like another key"
-            )
+        hidden = _hidden(ch)
+        if hidden:
+            return f"{hidden}, so it would print like another key"
         if ch == "*":
             return "it contains '*', which is reserved for patterns"
     return "it has an empty segment (keys are segments joined by ':', like 'booking:date')"
