@@ -49,6 +49,7 @@ __all__ = [
     "UsageError",
     "VersionConflictError",
     "WaitTimeoutError",
+    "WorkflowBusyError",
 ]
 
 
@@ -269,6 +270,11 @@ class HistoryError(StoreError, LookupError):
 class CheckpointError(StoreError):
     """A workflow checkpoint cannot be used: unreadable, from a future schema version, or for
     another workflow. The resumable run fails closed: no step runs."""
+
+
+class WorkflowBusyError(CheckpointError):
+    """A resumable workflow was run again while a run of it was in flight (on the same
+    checkpoint store): nothing ran. Wait for the first run to end."""
 
 
 class RecoveryError(SlateError):

@@ -743,3 +743,41 @@ def test_a_version_1_checkpoint_is_migrated_with_checks() -> None:
     assert back.schema_version == 2
     assert back.steps["pay"].matches()
     assert back.steps["pay"].outcome.output == "charged 10"
+
+
+async def test_a_second_run_of_a_workflow_in_flight_is_refused_and_repeats_nothing() -> None:
+    from slateflow.errors import WorkflowBusyError
+
+    ex = Fake()
+    ex.gates["b"] = anyio.Event()
+    store = MemoryStore()
+    work = specs("a", "b")
+    first: list[StepOutcome] = []
+
+    async def original() -> None:
+        first.extend(await execute_parallel_resumable(ex, work, WF, store))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(original)
+        while ex.calls["b"] == 0:
+            await anyio.lowlevel.checkpoint()
+        with pytest.raises(WorkflowBusyError, match=f"'{WF}' is already running"):
+            await execute_parallel_resumable(ex, work, WF, store)  # a retry racing it
+        ex.gates["b"].set()
+    assert ex.calls == {"a": 1, "b": 1}  # every step ran once
+    assert all(o.success for o in first)
+    # Once it ended, the same workflow id may run again.
+    again = await execute_parallel_resumable(ex, specs("c"), WF, store)
+    assert [o.task_id for o in again] == ["c"]
+
+
+async def test_the_same_workflow_id_on_another_store_is_another_workflow() -> None:
+    ex = Fake()
+    ex.gates["a"] = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute_parallel_resumable, ex, specs("a"), WF, MemoryStore())
+        while ex.calls["a"] == 0:
+            await anyio.lowlevel.checkpoint()
+        ex.gates["a"].set()
+        await execute_parallel_resumable(ex, specs("a"), WF, MemoryStore())
+    assert ex.calls["a"] == 2

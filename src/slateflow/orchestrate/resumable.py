@@ -4,12 +4,14 @@ running the same workflow id again runs only what did not succeed."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import anyio
 
-from ..errors import CheckpointError, OrchestrationError
+from ..errors import CheckpointError, OrchestrationError, WorkflowBusyError
 from ..state import State
 from ..stores.base import CheckpointStore
 from .checkpoint import WorkflowCheckpoint, WorkflowStepRecord, spec_digest
@@ -57,6 +59,10 @@ async def execute_parallel_resumable(
       start afresh.
     - A checkpoint that cannot be saved does not fail the run: a warning is logged and the
       steps it missed run again on resume.
+    - One run of a workflow at a time: a second run of the same ``workflow_id`` on the same
+      store (or file) while one is in flight in this process raises ``WorkflowBusyError`` and
+      runs nothing (a retry racing the original would repeat every unfinished step). Across
+      processes, a SQLite store has one writer per file, so two cannot run on one file.
 
     At most ``executor.concurrency_hint`` steps run at once; ``state`` records the steps that
     run (not the reused ones) as ``execute_parallel`` does. Outcomes come back in input order.
@@ -73,8 +79,45 @@ async def execute_parallel_resumable(
             f"{_WHERE}: store {type(store).__name__} does not keep checkpoints; pass one with "
             "load_checkpoint, save_checkpoint and delete_checkpoint (MemoryStore, SQLiteStore)"
         )
-    limiter: anyio.CapacityLimiter | None = step_limiter(executor)
+    with _claimed(store, workflow_id):
+        return await _resume(executor, checked, workflow_id, store, state, rerun_changed)
 
+
+# The runs in flight in this process, by store and workflow id: a second run of one workflow
+# while the first is running would run every step the first has not journaled yet again.
+_running: set[tuple[object, str]] = set()
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _claimed(store: CheckpointStore, workflow_id: str) -> Iterator[None]:
+    path = getattr(store, "path", None)
+    where: object = str(path) if path is not None else id(store)
+    key = (where, workflow_id)
+    with _running_lock:
+        if key in _running:
+            raise WorkflowBusyError(
+                f"workflow {workflow_id!r} is already running on this checkpoint store; a "
+                "second run at once would repeat the steps the first has not finished: wait "
+                "for it to end (its outcomes are then reused, or the workflow is done)"
+            )
+        _running.add(key)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(key)
+
+
+async def _resume(
+    executor: AgentExecutor,
+    checked: list[AgentStepSpec],
+    workflow_id: str,
+    store: CheckpointStore,
+    state: State | None,
+    rerun_changed: bool,
+) -> list[StepOutcome]:
+    limiter: anyio.CapacityLimiter | None = step_limiter(executor)
     digests = {s.task_id: spec_digest(s) for s in checked}
     try:
         text = await anyio.to_thread.run_sync(store.load_checkpoint, workflow_id)
