@@ -682,3 +682,32 @@ def test_a_receiver_writing_the_key_it_listens_to_is_stopped_and_reported(state:
     state.set("other", 1)  # the State still delivers: a new write starts a new chain
     state.set("n", -5)
     assert len(failures) == 2
+
+
+def test_a_legitimate_cascade_past_the_cap_names_its_first_key_and_catches_up_on_resume(
+    state: State,
+) -> None:
+    from slateflow.state import Derived
+
+    failures: list[BaseException] = []
+    state.receiver_failed.connect(
+        lambda sender, receiver, error, changes: failures.append(error), weak=False
+    )
+    depth = MAX_CHAIN + 200  # 1,200 derived values, each built on the one before
+    Derived(state, "d0", lambda s: s.get("base", 0) + 1, reads=["base"])
+    for i in range(1, depth):
+        Derived(
+            state,
+            f"d{i}",
+            lambda s, i=i: s.get(f"derived:d{i - 1}", 0) + 1,
+            reads=[f"derived:d{i - 1}"],
+        )
+    state.set("base", 10)
+    (error,) = failures
+    assert isinstance(error, DeliveryChainError)
+    assert "began with a write to base" in str(error)
+    assert "state.changed.resume()" in str(error)
+    assert state.get(f"derived:d{depth - 1}") != 10 + depth  # stale: the chain was stopped
+    assert state.changed.resume() == 1
+    assert state.get(f"derived:d{depth - 1}") == 10 + depth  # caught up
+    assert state.changed.resume() == 0  # nothing left held back

@@ -42,6 +42,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _wrap = Change.wrap
 
 
+MAX_HELD = 1000
+"""At most this many batches held back by stopped delivery chains (the newest are kept)."""
+
+
 class ChangedSignal(Signal):
     """``state.changed``: the blinker signal every reaction to the State receives from.
 
@@ -78,6 +82,13 @@ class ChangedSignal(Signal):
                 subs.add_key(route, sender)
         delivery.refresh()
         return connected
+
+    def resume(self) -> int:
+        """Deliver the changes a stopped delivery chain held back (see
+        :class:`~slateflow.errors.DeliveryChainError`): each starts a new chain, so a cascade
+        deeper than the cap (derived values built on each other) catches up, a step of
+        ``MAX_CHAIN`` at a time. Returns how many batches were delivered."""
+        return self._delivery.resume()
 
     def disconnect(self, receiver: Callable[..., Any], sender: Any = ANY) -> None:
         super().disconnect(receiver, sender)
@@ -163,6 +174,10 @@ class Delivery:
         # Whether any receiver exists; it may stay True after a weak receiver is collected,
         # which only costs a delivery that finds nobody.
         self.listening = False
+        # The first batch of the chain being delivered (approximate when threads interleave
+        # chains), and the batches stopped chains held back, for resume().
+        self._origin: tuple[RawChange, ...] = ()
+        self.held: list[tuple[RawChange, ...]] = []
         self.changed = ChangedSignal(self)
         self.receiver_failed = Signal("slateflow.state.receiver_failed")
         self.wants = self.subscriptions.watched
@@ -200,6 +215,8 @@ class Delivery:
             if level >= MAX_CHAIN:
                 self._chain_stopped(batch, level)
             elif not self.changed.is_muted:
+                if not level:
+                    self._origin = batch
                 # What receivers write now is one level deeper in this chain.
                 token = enter(level + 1)
                 try:
@@ -251,6 +268,8 @@ class Delivery:
         if level >= MAX_CHAIN:
             self._chain_stopped(batch, level)
             return
+        if not level:
+            self._origin = batch
         # What receivers write now is one level deeper in this chain.
         token = enter(level + 1)
         try:
@@ -293,17 +312,34 @@ class Delivery:
                     self.report_failure(sub.callback, exc, batch)
 
     def _chain_stopped(self, raw: tuple[RawChange, ...], level: int) -> None:
-        """A chain of reactions went past MAX_CHAIN: this batch stays committed, undelivered."""
+        """A chain of reactions went past MAX_CHAIN: this batch stays committed, held back
+        until :meth:`resume`."""
         batch = tuple(map(_wrap, raw))
         keys = ", ".join(sorted({c.key for c in batch}))
+        first = ", ".join(sorted({c[0] for c in self._origin})) or keys
+        with self.lock:
+            self.held.append(raw)
+            if len(self.held) > MAX_HELD:
+                del self.held[0]  # a runaway loop stopped again and again: keep the newest
         error = DeliveryChainError(
-            f"receivers and watchers reacting to each other's writes made a chain of {level} "
-            f"deliveries, stopped at {keys}: the writes stand, this change was not delivered. A "
-            "receiver or watcher probably writes a key it reacts to; make it write only when "
-            "the value differs, or react to another key"
+            f"a chain of {level} deliveries, each a reaction to the last, began with a write "
+            f"to {first} and was stopped at {keys}: the writes stand; the change to {keys} "
+            "was held back, so what reacts to it has not seen it. If the chain is meant "
+            "(derived values built on each other), call state.changed.resume() to deliver "
+            "what was held back, each as a new chain; if a receiver or watcher writes a key "
+            "it reacts to, make it write only when the value differs, or react to another key"
         )
         log.error("state delivery (seq %d): %s", batch[0].seq, error)
         self._send_failure("delivery chain", error, batch)
+
+    def resume(self) -> int:
+        """Deliver the batches stopped chains held back, oldest first, each starting a new
+        chain; returns how many."""
+        with self.lock:
+            held, self.held = self.held, []
+            self.pending.extend((batch, 0) for batch in held)
+        self.deliver()
+        return len(held)
 
     def report_failure(self, receiver: object, exc: Exception, batch: tuple[Change, ...]) -> None:
         """Log a receiver's (or sink's) exception and send it on ``receiver_failed``."""
