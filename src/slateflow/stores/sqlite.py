@@ -37,6 +37,7 @@ from .sqlite_format import (
     check_header,
 )
 from .sqlite_jobs import ChangeFn, Compact, EntryFn, Rewrite, rewrite_history
+from .wal import check_wal
 
 __all__ = ["STORE_FORMAT", "STORE_FORMAT_VERSION", "SQLiteStore"]
 
@@ -78,7 +79,8 @@ class SQLiteStore(Checkpoints):
     is refused at open. The lock goes with the process, however it ends. A file deleted or
     moved while open is noticed at the next write: the store fails with ``StoreError``.
     ``readonly=True`` opens without the lock and without writing anything, beside the file
-    either (what ``slateflow replay`` does). It may read a file another process is writing; a
+    either (what ``slateflow replay`` does). A damaged ``-wal`` is refused at open (see
+    :mod:`slateflow.stores.wal`); ``salvage=True`` opens what comes before the damage. It may read a file another process is writing; a
     file nobody has open is read as immutable: a writer that opens it meanwhile is not seen.
     Open it through ``State.open(path)``. Workflow checkpoints live in the same file.
     """
@@ -92,6 +94,7 @@ class SQLiteStore(Checkpoints):
         max_lag: float = 0.005,
         max_queue: int = 10_000,
         readonly: bool = False,
+        salvage: bool = False,
     ) -> None:
         if durability not in ("batch", "sync"):
             raise StoreError(
@@ -135,6 +138,13 @@ class SQLiteStore(Checkpoints):
         self._chained_after = 0
         self._columns = "digest"
         self._tip: bytes | None = None
+        if not readonly and self.path.is_file():
+            self._take_lock()  # nobody writes the -wal while it is checked
+            try:
+                check_wal(self.path, salvage=salvage)
+            except BaseException:
+                self._release_lock()
+                raise
         self._conn = self._connect(create=True)
 
     # -- connections --------------------------------------------------------------------------
@@ -196,7 +206,8 @@ class SQLiteStore(Checkpoints):
         return conn
 
     def _take_lock(self) -> None:
-        self._owner.acquire()
+        if not self._owner.held:
+            self._owner.acquire()
 
     def _release_lock(self) -> None:
         self._owner.release()
@@ -531,13 +542,7 @@ class SQLiteStore(Checkpoints):
         if self.readonly:
             raise self._readonly()
         job = Compact(seq, encode_entries(entries))
-        self._queue.append(job)
-        if self._writer is None:
-            self._start_writer()
-        self._wake.set()
-        while not job.written.wait(0.5):
-            if self.error is not None:
-                raise self.error
+        self._run_job(job, job.written)
 
     def rewrite(self, change: ChangeFn, entry: EntryFn) -> int:
         """Pass every stored change and base entry through ``change`` / ``entry`` and write
@@ -546,14 +551,17 @@ class SQLiteStore(Checkpoints):
         if self.readonly:
             raise self._readonly()
         job = Rewrite(change, entry)
+        self._run_job(job, job.done)
+        return job.rewritten
+
+    def _run_job(self, job: Compact | Rewrite, done: threading.Event) -> None:
         self._queue.append(job)
         if self._writer is None:
             self._start_writer()
         self._wake.set()
-        while not job.done.wait(0.5):
+        while not done.wait(0.5):
             if self.error is not None:
                 raise self.error
-        return job.rewritten
 
     def close(self) -> None:
         """Write what is queued, stop the writer and close the file (idempotent)."""
