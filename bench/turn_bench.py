@@ -86,6 +86,27 @@ async def bench_turns(loaded: bool, turns: int) -> float:
         return statistics.median(samples)
 
 
+async def bench_manual_clock_turns(tasks: int, turns: int) -> float:
+    """A turn under a ManualClock while ``tasks`` other tasks wait in the process (tests that
+    run many calls at once): settling the clock must not cost O(tasks)."""
+    from slateflow import ManualClock
+
+    idle = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        for _ in range(tasks):
+            tg.start_soon(idle.wait)
+        async with Session(State(), clock=ManualClock()) as session:
+            conversation = Conversation(session)
+            await conversation.user_turn(TEXT)
+            samples = []
+            for _ in range(turns):
+                start = time.perf_counter()
+                await conversation.user_turn(TEXT)
+                samples.append(time.perf_counter() - start)
+        idle.set()
+    return statistics.median(samples)
+
+
 async def bench_context_now(calls: int) -> float:
     async with Session(State()) as session:
         conversation = Conversation(session)
@@ -114,6 +135,10 @@ def main(argv: list[str] | None = None) -> None:
         ("user_turn, nothing attached", anyio.run(bench_turns, False, n)),
         ("user_turn, 3-field extractor + 6-step flow", anyio.run(bench_turns, True, n)),
         ("context_now, 6-step flow", anyio.run(bench_context_now, n)),
+        (
+            "user_turn, ManualClock, 1,000 other tasks waiting",
+            anyio.run(bench_manual_clock_turns, 1000, n // 4),
+        ),
         ("redact a 20-word turn", bench_redact(n * 5)),
     ]
     print(f"slateflow turn benchmarks (Python {sys.version.split()[0]}, medians)")

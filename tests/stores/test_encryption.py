@@ -256,3 +256,18 @@ def test_a_compacted_clear_value_leaves_the_file(tmp_path: Path) -> None:
         state.set("note", "done")
         state.journal.compact()
         assert b"555-0199" not in on_disk(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "pattern"),
+    [("card:number", "*:number"), ("carte:numéro", "carte:*"), ("карта:номер", "карта:*")],
+)
+def test_a_late_secret_is_sealed_whatever_its_pattern_or_alphabet(
+    tmp_path: Path, key: str, pattern: str
+) -> None:
+    path = tmp_path / "call.db"
+    with State.open(path, encryption_key=new_key()) as state:
+        state.set(key, CARD)
+        state.flush()
+        state.policy(pattern, secret=True)
+        assert CARD.encode() not in on_disk(path)

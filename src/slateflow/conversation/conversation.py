@@ -35,6 +35,7 @@ from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
 from ..resolve import BackgroundResult, Deliver, Scheduling, Session
 from ..resolve.clock import wait_on
+from ..resolve.sections import open_sections
 from ..state import State
 from ..state.provenance import Stamp
 from .context import (
@@ -173,13 +174,13 @@ class Conversation:
             runtime.check()  # raises: the session is not open, or this is not its thread
         if not isinstance(text, str):
             raise TypeError(f"user_turn takes the transcript text, got {type(text).__name__}")
-        if self._lock.held_here() or in_flow_action():
+        if open_sections() and (self._lock.held_here() or in_flow_action()):
             raise SessionError(
                 "user_turn was called from inside a turn (a flow action, an extractor or a "
                 "hook), which would wait for itself; the caller's next words are a new turn "
                 "of the voice loop"
             )
-        async with self._lock.hold():
+        async with self._lock:
             # The loop moved on: the last context was used (or, explicitly, was not). Settled
             # before this turn's words are read, so a "yes" to a read-back it carried counts.
             self._conclude_previous()
@@ -208,7 +209,8 @@ class Conversation:
                 for flow in flows:
                     await flow.on_turn()
                     counted.append(flow)
-                await self._lock.drain()  # tools its actions ran: their hooks, before we look
+                if self._lock.left:  # tools its actions ran: their hooks, before we look
+                    await self._lock.drain()
                 if self._settle is not None:
                     await self._settle()  # background work that needs no time lands now
                 context = self._context(turn, flows)
@@ -369,8 +371,7 @@ class Conversation:
             flow.on_tool_ok(tool)
 
     async def _tool_hooks(self, tool: str) -> None:
-        # Never waits for the lock: a turn holding it may be waiting for the very action that
-        # ran this tool; it then runs them before it lets go.
+        # Never waits: the turn holding the lock may wait for the action that ran this tool.
         await self._lock.run_or_leave(lambda: self._on_tool(tool))
 
     async def _on_tool(self, tool: str) -> None:
@@ -402,7 +403,7 @@ class Conversation:
             turn, briefs, self.tools, ask, deliveries, self._said, self._conclude
         )
         self._pending = context.handover
-        if self.handover == "auto" and any(b.closing for b in briefs):
+        if briefs and self.handover == "auto" and any(b.closing for b in briefs):
             context.handed_over()  # the goodbye: no next context will count it (see docs)
         if context.voice_timing != self._timing:
             self._publish(context.voice_timing)
@@ -575,7 +576,7 @@ class Conversation:
             self.publish_timing()
         if since is None or not self._hooks:
             return
-        async with self._lock.hold():
+        async with self._lock:
             for hook in list(self._hooks):
                 await self._hook(hook, hook.on_step_change(self, since))
             # Between turns, a re-read's turn-scoped keys belong to no turn: a stale

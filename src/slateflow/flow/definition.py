@@ -99,8 +99,8 @@ class Flow:
         for tool in amb:
             if type(tool) is not str or not tool or unprintable(tool):
                 raise FlowDefinitionError(
-                    f"flow {name!r}: ambient holds tool names (printable, no invisible "
-                    f"characters), got {tool!r}"
+                    f"flow {name!r}: ambient holds tool names, got {tool!r} (a name is "
+                    "printable: no invisible or control characters)"
                 )
         self.ambient: tuple[str, ...] = tuple(dict.fromkeys(amb))
         self._built = False

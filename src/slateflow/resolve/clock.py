@@ -6,6 +6,7 @@ Everything in the resolve layer that waits (timeouts, retry backoff, debounce) g
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -310,13 +311,24 @@ async def settle(max_rounds: int = 10_000) -> None:
     """Let every other task run until all of them are blocked (or ``max_rounds`` passes).
 
     On trio this is ``trio.testing.wait_all_tasks_blocked``. anyio's asyncio version polls with
-    100 ms real sleeps, which would make a manual clock slow, so on asyncio the tasks are
-    inspected after each zero-length yield instead.
+    100 ms real sleeps, which would make a manual clock slow, so on asyncio it yields until the
+    loop has nothing else ready to run: O(1) a round on CPython's loop, whose ready queue it
+    reads; on another loop (uvloop), the tasks are inspected after each yield instead (O(tasks)).
     """
     import asyncio
 
-    if not isinstance(anyio.lowlevel.current_token().native_token, asyncio.AbstractEventLoop):
+    loop = anyio.lowlevel.current_token().native_token
+    if not isinstance(loop, asyncio.AbstractEventLoop):
         await anyio.wait_all_tasks_blocked()
+        return
+    ready = getattr(loop, "_ready", None)
+    if isinstance(ready, collections.deque):
+        # Resumed from the ready queue, this task runs while the callbacks queued behind it
+        # (and any scheduled since) wait there: none left means every other task is blocked.
+        for _ in range(max_rounds):
+            await anyio.lowlevel.checkpoint()
+            if not ready:
+                return
         return
     this = asyncio.current_task()
     for _ in range(max_rounds):

@@ -10,13 +10,14 @@ once the section ends the mark no longer counts, even in a task that outlives it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
-__all__ = ["entered", "inside"]
+__all__ = ["entered", "inside", "open_sections"]
 
 _open: ContextVar[tuple[_Section, ...]] = ContextVar("slateflow_sections", default=())
+open_sections = _open.get
+"""The sections the running code is inside (empty, and so false, almost always: a cheap first
+test before :func:`inside`)."""
 
 
 class _Section:
@@ -29,16 +30,24 @@ class _Section:
 
 def inside(owner: object) -> bool:
     """Whether the running code is inside a section of ``owner`` that is still open."""
-    return any(s.owner is owner and s.open for s in _open.get())
+    sections = _open.get()
+    return bool(sections) and any(s.owner is owner and s.open for s in sections)
 
 
-@contextmanager
-def entered(owner: object) -> Iterator[None]:
+class entered:  # lower case: it reads as a function, ``with entered(owner):``
     """Mark the code run in this block (and the tasks it starts) as inside ``owner``."""
-    section = _Section(owner)
-    token = _open.set((*_open.get(), section))
-    try:
-        yield
-    finally:
-        section.open = False
-        _open.reset(token)
+
+    __slots__ = ("_section", "_token")
+
+    def __init__(self, owner: object) -> None:
+        self._section = _Section(owner)
+        self._token: Token[tuple[_Section, ...]] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _open.set((*_open.get(), self._section))
+
+    def __exit__(self, *exc: object) -> None:
+        self._section.open = False
+        if self._token is not None:
+            _open.reset(self._token)
+            self._token = None

@@ -70,7 +70,7 @@ def add_rule(
     durable = store is not None and store.durability != "memory"
     if secret and isinstance(store, SealedStore):
         # Values written before the key was secret are in the file in clear: seal them now.
-        resealed = store.reseal()
+        resealed = store.reseal((pattern or "").split("*", 1)[0])
         if resealed:
             log.info("sealed %d stored record(s) of %r written in clear", resealed, pattern)
     elif secret and durable:

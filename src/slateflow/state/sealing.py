@@ -223,10 +223,12 @@ class SealedStore:
     def __repr__(self) -> str:
         return f"<SealedStore over {self.inner!r}>"
 
-    def reseal(self) -> int:
+    def reseal(self, prefix: str = "") -> int:
         """Seal the stored values of secret keys that are in clear (written before the key was
         declared secret), in every commit and the base, rewriting the file in place; returns
-        how many records were rewritten (0 for a store that cannot rewrite its history)."""
+        how many records were rewritten (0 for a store that cannot rewrite its history).
+        ``prefix``: the keys to look at all begin with it (a file that holds no such key is
+        not read through)."""
         rewrite = getattr(self.inner, "rewrite", None)
         if rewrite is None or getattr(self.inner, "readonly", False):
             return 0
@@ -243,7 +245,9 @@ class SealedStore:
                 return row
             return (key, self.sealer.seal(unescape(value)), *rest)  # type: ignore[return-value]
 
-        return int(rewrite(change, entry))
+        # A key is stored as a JSON string: its encoding starts with the prefix's.
+        hint = json.dumps(prefix, ensure_ascii=True)[:-1] if prefix else None
+        return int(rewrite(change, entry, hint))
 
     # -- sealing ------------------------------------------------------------------------------
 

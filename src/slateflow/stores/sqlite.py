@@ -79,9 +79,9 @@ class SQLiteStore(Checkpoints):
     is refused at open. The lock goes with the process, however it ends. A file deleted or
     moved while open is noticed at the next write: the store fails with ``StoreError``.
     ``readonly=True`` opens without the lock and without writing anything, beside the file
-    either (what ``slateflow replay`` does). A damaged ``-wal`` is refused at open (see
-    :mod:`slateflow.stores.wal`); ``salvage=True`` opens what comes before the damage. It may read a file another process is writing; a
-    file nobody has open is read as immutable: a writer that opens it meanwhile is not seen.
+    either (what ``slateflow replay`` does); it may read a file another process is writing; a
+    file nobody has open is read as immutable: a writer that opens it meanwhile is not seen. A
+    damaged ``-wal`` is refused (:mod:`slateflow.stores.wal`); ``salvage=True`` opens the rest.
     Open it through ``State.open(path)``. Workflow checkpoints live in the same file.
     """
 
@@ -544,13 +544,13 @@ class SQLiteStore(Checkpoints):
         job = Compact(seq, encode_entries(entries))
         self._run_job(job, job.written)
 
-    def rewrite(self, change: ChangeFn, entry: EntryFn) -> int:
-        """Pass every stored change and base entry through ``change`` / ``entry`` and write
-        back those that changed, digests re-chained (see :mod:`slateflow.stores.sqlite_jobs`);
-        returns how many records were rewritten. Queued behind every commit appended."""
+    def rewrite(self, change: ChangeFn, entry: EntryFn, hint: str | None = None) -> int:
+        """Pass every stored change and base entry through ``change`` / ``entry`` and write back
+        those that changed, digests re-chained (:mod:`~slateflow.stores.sqlite_jobs`; not read
+        through when no record holds ``hint``); returns how many records were rewritten."""
         if self.readonly:
             raise self._readonly()
-        job = Rewrite(change, entry)
+        job = Rewrite(change, entry, hint)
         self._run_job(job, job.done)
         return job.rewritten
 

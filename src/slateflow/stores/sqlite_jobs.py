@@ -45,13 +45,25 @@ class Compact:
 class Rewrite:
     """A rewrite queued for the store's writer thread; ``done`` is set once it is on disk."""
 
-    __slots__ = ("change", "done", "entry", "rewritten")
+    __slots__ = ("change", "done", "entry", "hint", "rewritten")
 
-    def __init__(self, change: ChangeFn, entry: EntryFn) -> None:
+    def __init__(self, change: ChangeFn, entry: EntryFn, hint: str | None = None) -> None:
         self.change = change
         self.entry = entry
+        self.hint = hint  # text every record it would change holds (None: look at all)
         self.rewritten = 0
         self.done = threading.Event()
+
+
+def _holds(conn: sqlite3.Connection, text: str) -> bool:
+    """Whether any commit or the base holds ``text`` (SQLite searches it in place)."""
+    for sql in (
+        "SELECT 1 FROM commits WHERE instr(changes, ?) > 0 LIMIT 1",
+        "SELECT 1 FROM base WHERE instr(entries, ?) > 0 LIMIT 1",
+    ):
+        if conn.execute(sql, (text,)).fetchone() is not None:
+            return True
+    return False
 
 
 def rewrite_history(
@@ -60,6 +72,8 @@ def rewrite_history(
     """Pass every stored record through ``job`` (in the open transaction); returns the digest
     the next commit chains to (``tip`` when nothing changed). Sets ``job.rewritten`` to the
     number of records written back."""
+    if job.hint is not None and not _holds(conn, job.hint):
+        return tip  # no record could change: no pass over the file
     row = conn.execute("SELECT seq, entries, chain, digest FROM base WHERE id = 1").fetchone()
     chain = b""
     if row is not None:
