@@ -237,3 +237,30 @@ async def test_after_the_session_closes_the_states_waits_use_the_loops_clock_aga
         pass
     with pytest.raises(WaitTimeoutError, match=r"after 0\.01"):
         await state.wait_for("x", timeout=0.01)
+
+
+@pytest.mark.anyio
+async def test_settle_runs_a_chain_of_tasks_to_its_end_among_many_idle_ones() -> None:
+    from slateflow.resolve import settle
+
+    idle = anyio.Event()
+    reached: list[int] = []
+    links = [anyio.Event() for _ in range(50)]
+
+    async def link(i: int) -> None:
+        await links[i].wait()
+        reached.append(i)
+        if i + 1 < len(links):
+            links[i + 1].set()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(1000):
+            tg.start_soon(idle.wait)  # tasks that stay blocked: settle must not wait for them
+        for i in range(len(links)):
+            tg.start_soon(link, i)
+        await settle()
+        assert reached == []  # nothing could run: every task waits
+        links[0].set()
+        await settle()
+        assert reached == list(range(50))  # each woke the next, all before settle returned
+        idle.set()
