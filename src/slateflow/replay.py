@@ -196,7 +196,7 @@ def timeline(
                         source,
                         writer,
                         confidence,
-                        meta,
+                        _masked(meta) if mask else meta,
                         mask,
                     )
                 )
@@ -218,7 +218,7 @@ def timeline(
                         source,
                         writer,
                         confidence,
-                        meta,
+                        _masked(meta) if mask else meta,
                         old is _ABSENT,
                         mask,
                     )
@@ -273,6 +273,11 @@ def _show(value: Any, width: int | None, *, compact: bool = False) -> str:
     if width is not None and len(text) > width:
         text = text[: max(width - 1, 1)] + "…"
     return text
+
+
+def _masked(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    # A writer may fill a secret key's meta from its value: its values are masked too.
+    return dict.fromkeys(meta, SECRET_MASK) if meta else meta
 
 
 def _who(

@@ -435,3 +435,15 @@ def test_the_command_line_runs(call: Path) -> None:
         "seq 5  2025-06-15T15:06:44.000Z  commit",
         '  booking:status  (new) -> "confirmed"  v1  agent/booker',
     ]
+
+
+def test_a_masked_keys_provenance_meta_is_masked_too(tmp_path: Path) -> None:
+    path = tmp_path / "meta.db"
+    with State.open(path) as state:
+        state.set("pay:result", "declined", source="tool", meta={"card": "4111 1111"})
+        state.set("pay:note", "ok", source="tool", meta={"shown": "yes"})
+    lines = replay(path, secret=Policy([Rule("pay:result", secret=True)]).is_secret)
+    text = "\n".join(lines)
+    assert "4111" not in text
+    assert '"card":"***"' in text.replace(" ", "")
+    assert "yes" in text  # another key's meta is shown as written
