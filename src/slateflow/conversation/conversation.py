@@ -35,7 +35,7 @@ from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
 from ..resolve import BackgroundResult, Deliver, Scheduling, Session
 from ..resolve.clock import wait_on
-from ..resolve.sections import open_sections
+from ..resolve.sections import Serial, open_sections
 from ..state import State
 from ..state.provenance import Stamp
 from .context import (
@@ -61,7 +61,6 @@ from .inbox import (
 )
 from .protocols import Governor, TurnHook
 from .redaction import redact as redact_transcript
-from .serial import Serial
 from .tools import ToolClaim, ToolDesk, ToolResult, admit_all
 
 __all__ = ["Conversation"]
@@ -502,7 +501,7 @@ class Conversation:
             self._runtime.soon(self._tell_waiting)
 
     def _tell_waiting(self) -> None:
-        if self._lock.locked() or self._interrupting or self._hold:
+        if self._lock.lock.locked() or self._interrupting or self._hold:
             # A turn is being built (its context takes them; checked again after), the caller
             # is talking, or their turn is coming: it will take them.
             return
