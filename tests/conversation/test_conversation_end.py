@@ -150,3 +150,11 @@ async def test_with_the_default_handover_a_completed_plain_flow_ends_on_its_clos
         assert closing.postures == ("Thank them and say goodbye.",)
         assert runner.is_over
         assert state.get("flow:booking:over") is True
+
+
+async def test_with_the_default_handover_a_dropped_goodbye_leaves_the_call_over() -> None:
+    async with conversation_on(tools=TOOLS) as conversation:
+        runner, goodbye = await terminated(conversation)
+        goodbye.dropped()  # the loop drops every context an interruption cut off: no error
+        assert goodbye.status == "handed_over"
+        assert runner.is_over

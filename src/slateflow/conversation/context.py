@@ -79,7 +79,7 @@ class Handover:
     which ``conclude`` tells which it was.
     """
 
-    __slots__ = ("_conclude", "deliveries", "every", "markers", "status")
+    __slots__ = ("_conclude", "deliveries", "every", "final", "markers", "status")
 
     def __init__(
         self,
@@ -92,6 +92,9 @@ class Handover:
         self.deliveries = deliveries
         self.markers = markers
         self.status: Literal["pending", "handed_over", "dropped"] = "pending"
+        self.final = False
+        """Counted as handed over when built (the call's closing words, in ``"auto"``): a
+        later drop changes nothing, the call is over."""
         self._conclude = conclude
 
     def confirm(self) -> None:
@@ -163,7 +166,8 @@ class TurnContext:
     def dropped(self) -> None:
         """Say that the model never got this context: its deliveries go back to the inbox (first,
         in order) and its lines and postures do not count as said. Idempotent; raises
-        :class:`~slateflow.errors.SessionError` if it was already handed over."""
+        :class:`~slateflow.errors.SessionError` if it was already handed over (except the
+        goodbye of ``handover="auto"``, counted when built: dropping it changes nothing)."""
         if self.handover is not None:
             self.handover.drop()
 

@@ -403,7 +403,8 @@ class Conversation:
         )
         self._pending = context.handover
         if briefs and self.handover == "auto" and any(b.closing for b in briefs):
-            context.handed_over()  # the goodbye: no next context will count it (see docs)
+            context.handover.final = True  # type: ignore[union-attr]  # always built with one
+            context.handed_over()  # the goodbye: no next context will count it
         if context.voice_timing != self._timing:
             self._publish(context.voice_timing)
         return context
@@ -412,7 +413,7 @@ class Conversation:
         """Confirm (the model got it) or drop (it did not) a context's hand-over, once."""
         want: Literal["handed_over", "dropped"] = "handed_over" if confirmed else "dropped"
         if handover.status != "pending":
-            if handover.status == want:
+            if handover.status == want or handover.final:  # a goodbye counted when built
                 return
             raise SessionError(
                 f"this turn context was already {handover.status.replace('_', ' ')}; a context "
