@@ -138,14 +138,14 @@ class SQLiteStore(Checkpoints):
         self._chained_after = 0
         self._columns = "digest"
         self._tip: bytes | None = None
-        if not readonly and self.path.is_file():
-            self._take_lock()  # nobody writes the -wal while it is checked
-            try:
+        try:
+            if not readonly and self.path.is_file():
+                self._take_lock()  # nobody writes the -wal while it is checked
                 check_wal(self.path, salvage=salvage)
-            except BaseException:
-                self._release_lock()
-                raise
-        self._conn = self._connect(create=True)
+            self._conn = self._connect(create=True)
+        except BaseException:
+            self._release_lock()
+            raise
 
     # -- connections --------------------------------------------------------------------------
 
