@@ -86,3 +86,21 @@ def test_a_salvage_open_keeps_the_commits_before_the_damage(killed: Path, tmp_pa
     with State(store=SQLiteStore(copy, salvage=True)) as state:
         assert 0 < state.journal.cursor < COMMITS  # the history ends before the damage
     assert Path(f"{copy}-wal.damaged").exists()  # the damaged log is kept
+
+
+def test_a_refused_open_lets_the_file_go_so_a_salvage_open_follows(
+    killed: Path, tmp_path: Path
+) -> None:
+    copy = damaged(killed, tmp_path, flip_at=32 + (frames(killed) // 2) * FRAME + 24 + 7)
+    with pytest.raises(StoreCorruptError):
+        State.open(copy)
+    with State(store=SQLiteStore(copy, salvage=True)) as state:  # not "locked by this process"
+        assert state.journal.cursor < COMMITS
+
+
+def test_a_file_refused_as_no_store_is_refused_the_same_way_twice(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"not a database, just notes\n" * 200)
+    for _ in range(2):  # the first refusal left no lock behind
+        with pytest.raises(StoreCorruptError, match="not a SQLite file"):
+            State.open(path)
