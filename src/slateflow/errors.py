@@ -170,7 +170,7 @@ class ResolverTimeoutError(SlateError, TimeoutError):
 
 
 class ResolverCancelledError(SlateError):
-    """Awaited a run that was cancelled (``Dispatch.wait()`` on a cancelled or superseded run)."""
+    """Awaited a run that was cancelled (``run.wait()`` on a cancelled or superseded run)."""
 
 
 class DispatchRejectedError(SlateError):

@@ -264,3 +264,38 @@ async def test_settle_runs_a_chain_of_tasks_to_its_end_among_many_idle_ones() ->
         await settle()
         assert reached == list(range(50))  # each woke the next, all before settle returned
         idle.set()
+
+
+@pytest.mark.anyio
+async def test_waiting_for_a_dispatched_run_follows_the_manual_clock() -> None:
+    from slateflow import Resolver, Session
+
+    clock = ManualClock()
+    async with Session(State(), clock=clock) as session:
+        began = clock.monotonic()
+
+        async def slow(state: State) -> int:
+            await clock.sleep(5)
+            return 1
+
+        run = session.dispatch(Resolver.fetch("slow", slow))
+        with anyio.fail_after(10):  # a safety net: it hung before
+            assert await run.wait() == 1
+        assert clock.monotonic() - began == pytest.approx(5)
+
+
+@pytest.mark.anyio
+async def test_waiting_for_a_run_nothing_could_end_fails_instead_of_hanging() -> None:
+    from slateflow import Resolver, Session
+    from slateflow.errors import WaitTimeoutError
+
+    never = anyio.Event()
+
+    async def stuck(state: State) -> None:
+        await never.wait()
+
+    async with Session(State(), clock=ManualClock()) as session:
+        run = session.dispatch(Resolver.fetch("stuck", stuck))
+        with anyio.fail_after(10), pytest.raises(WaitTimeoutError, match="'stuck'"):
+            await run.wait()
+        never.set()

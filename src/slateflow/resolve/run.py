@@ -23,11 +23,12 @@ from ..errors import (
     ResolverError,
     ResolverTimeoutError,
     SlateError,
+    WaitTimeoutError,
 )
 from ..state import SECRET_MASK, State
 from ..state.provenance import Stamp
 from .background import ToModel, is_secret_resolver
-from .clock import Clock
+from .clock import Clock, wait_on
 from .resolver import Produced, Resolver, WithMeta
 
 if TYPE_CHECKING:
@@ -193,12 +194,21 @@ class Run:
 
         Raises :class:`~slateflow.errors.ResolverError` if it failed and
         :class:`~slateflow.errors.ResolverCancelledError` if it was cancelled; with
-        ``raise_error=False`` returns the value, or None for a run that did not succeed.
+        ``raise_error=False`` returns the value, or None for a run that did not succeed. Waits
+        on the session's clock (a ``ManualClock`` jumps to its timers; ``WaitTimeoutError``
+        when nothing could ever end the run).
         """
         if self.status not in TERMINAL:
             if self._event is None:
                 self._event = anyio.Event()
-            await self._event.wait()
+            # On the run's clock: under a ManualClock time jumps to the next timer while
+            # every task waits, and a run nothing could ever end fails the wait.
+            if await wait_on(self.clock, self._event, None) == "stuck":
+                raise WaitTimeoutError(
+                    f"waited for the run of resolver {self.name!r}, which cannot end: every "
+                    "task is blocked and no timer is due (does its source wait for something "
+                    "this task was to do?)"
+                )
         if raise_error:
             if self.status == "error":
                 raise self._resolver_error() from self._cause()
