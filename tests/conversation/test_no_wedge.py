@@ -28,7 +28,7 @@ def pay_flow(action: Any) -> Flow:
         "checkout",
         [
             Step("pay", allow=["charge"], on_enter=run(action, "call"), done=called_ok("charge")),
-            Step("bye", terminal=True),
+            Step("bye", after=["pay"], terminal=True),
         ],
         constraints=[once("charge")],
     )
@@ -52,6 +52,7 @@ async def test_a_call_mode_action_that_books_through_the_tool_desk_lets_the_turn
         assert charged == [10]
         assert session.state.get("pay:result") is True
         assert "pay" in runner.done_steps
+        assert runner.is_complete  # booked from the step: the flow moved on to its end
         assert ctx.turn.number == 1
 
 
