@@ -552,3 +552,30 @@ async def test_with_the_default_handover_a_digression_told_once_closes_at_the_ne
         await conversation.user_turn("where are you?")
         await conversation.user_turn("thanks")  # the loop moved on: the answer was used
         assert stack.overlay is None
+
+
+async def test_a_second_question_before_the_first_answer_was_told_gets_both_answers() -> None:
+    parking = Flow("parking", [Step("answer", terminal=True, posture="Parking is free.")])
+    address = Flow("address", [Step("answer", terminal=True, posture=WHERE)])
+    stack = FlowStack(
+        booking(),
+        [
+            Digression("address", is_set("turn:where"), address),
+            Digression("parking", is_set("turn:parking"), parking),
+        ],
+    )
+    async with conversation_on(handover="explicit") as conversation:
+        conversation.add_extractor(where_extractor())
+        conversation.add_extractor(
+            Extract("topic").field_to("parking", "turn:parking", one_of(["parking"])).build()
+        )
+        runner = conversation.run_flow(stack)
+        asked = await conversation.user_turn("where are you?")
+        asked.dropped()  # cut off before the address was said
+        both = await conversation.user_turn("and is there parking?")
+        assert runner.overlay == "parking"
+        assert both.postures == (WHERE, "Parking is free.")  # neither question is lost
+        both.handed_over()
+        after = await conversation.user_turn("great")
+        assert runner.overlay is None
+        assert WHERE not in after.postures

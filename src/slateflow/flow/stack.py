@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FlowError, SlateError
@@ -97,6 +98,8 @@ class StackRunner:
         # The turn whose context says a completed digression's closing words (None: none).
         self._closing_turn: int | None = None
         self._closing_told = False  # its closing words reached the model (it may leave)
+        # The untold closing words of a digression another one displaced: said with its lines.
+        self._carry: Brief | None = None
         self._driving = False  # in on_turn or on_tool_ok, which check the closing themselves
         self.terminated: str | None = None
         """The digression that ended the conversation, once one has."""
@@ -244,6 +247,8 @@ class StackRunner:
     def _told(self, inner: TellMarker | None) -> TellMarker | None:
         """The speaking layer's marker, which once the conversation has ended (and its closing
         context reaches the model) also makes the call over."""
+        if self._carry is not None:
+            inner = self._carried_marker(inner)
         if self._closing_turn is not None and not self._closing_told and inner is not None:
             inner = self._closing_marker(inner)
         if not self._ending() or self._over:
@@ -255,6 +260,14 @@ class StackRunner:
             self._mark_over()
 
         return told_and_over
+
+    def _carried_marker(self, inner: TellMarker | None) -> TellMarker:
+        def told(turn: int) -> None:
+            if inner is not None:
+                inner(turn)
+            self._carry = None
+
+        return told
 
     def _ending(self) -> bool:
         return self.terminated is not None or (self._active is None and self.main.is_complete)
@@ -306,13 +319,13 @@ class StackRunner:
     async def _turn(self) -> None:
         self.turns += 1
         closing = self._closing_turn
-        if (
-            self._active is not None
-            and closing is not None
-            and self.turns > closing
-            and self._closing_told
-        ):
-            self._leave()
+        if self._active is not None and closing is not None and self.turns > closing:
+            if self._closing_told:
+                self._leave()
+            elif (d := self._triggered()) is not None and d is not self._active[0]:
+                # Another question came before this answer was told: both are said now.
+                self._carry = self._active[1].brief()
+                self._leave()
         if self.terminated is not None:
             return
         if self._active is not None:
@@ -432,6 +445,13 @@ class StackRunner:
             if self.terminated is not None:
                 # The closing turn: its words and timing are said; nothing is unmet or reprompted.
                 inner = Brief(inner.postures, inner.grounds, timing=inner.timing, told=inner.told)
+        carry = self._carry
+        if carry is not None:
+            inner = replace(
+                inner,
+                postures=carry.postures + inner.postures,
+                grounds=carry.grounds + inner.grounds,
+            )
         refused: dict[str, str] = {}
         if self.enforcement is Enforcement.ENFORCE:
             for tool in known:
