@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slateflow import State
 from slateflow.errors import StoreCorruptError
@@ -104,3 +106,40 @@ def test_a_file_refused_as_no_store_is_refused_the_same_way_twice(tmp_path: Path
     for _ in range(2):  # the first refusal left no lock behind
         with pytest.raises(StoreCorruptError, match="not a SQLite file"):
             State.open(path)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_bit_flipped_before_the_last_frame_is_refused(
+    killed: Path, tmp_path: Path, data: st.DataObject
+) -> None:
+    last = 32 + (frames(killed) - 1) * FRAME
+    at = data.draw(st.integers(0, last - 1), label="byte")
+    bit = data.draw(st.integers(0, 7), label="bit")
+    copy = damaged(killed, tmp_path / f"{at}-{bit}")
+    wal = Path(f"{copy}-wal")
+    raw = bytearray(wal.read_bytes())
+    raw[at] ^= 1 << bit
+    wal.write_bytes(bytes(raw))
+    with pytest.raises(StoreCorruptError, match="write-ahead log"):
+        State.open(copy)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_log_cut_short_opens_as_a_prefix_of_the_history(
+    killed: Path, tmp_path: Path, data: st.DataObject
+) -> None:
+    size = Path(f"{killed}-wal").stat().st_size
+    cut = data.draw(st.integers(0, size), label="cut")
+    copy = damaged(killed, tmp_path / str(cut))
+    wal = Path(f"{copy}-wal")
+    wal.write_bytes(wal.read_bytes()[:cut])
+    with State.open(copy) as state:
+        n = state.journal.cursor
+        assert 0 <= n <= COMMITS
+        assert state.get("call:step", None) == (n - 1 if n else None)  # exactly commits 1..n
