@@ -13,6 +13,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slateflow import Conversation, Flow, Session, State, Step, called_ok, commit, is_true, once
 from slateflow.conversation import ToolResult
@@ -386,3 +388,50 @@ async def test_arguments_no_data_can_hold_are_refused_naming_the_tool(
             await conversation.run_tool("lookup", ran.append, {"value": value})
     assert "4,300 digits" in str(raised.value)
     assert ran == []
+
+
+json_leaves = st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(["a", "b", "1"])
+json_args = st.dictionaries(
+    st.sampled_from(["x", "y"]),
+    st.recursive(json_leaves, lambda kids: st.lists(kids, max_size=2), max_leaves=4),
+    max_size=2,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=json_args, second=json_args)
+def test_concurrent_calls_share_exactly_when_their_arguments_are_equal_as_data(
+    first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    import json
+
+    runs: list[dict[str, Any]] = []
+
+    async def main() -> list[ToolResult]:
+        _, conversation, _ = booking()
+        gate = anyio.Event()
+
+        async def lookup(**args: Any) -> int:
+            runs.append(args)
+            await gate.wait()
+            return len(runs)
+
+        results: list[ToolResult] = []
+        async with conversation.session, anyio.create_task_group() as tg:
+
+            async def call(args: dict[str, Any]) -> None:
+                results.append(await conversation.run_tool("lookup", lookup, args))
+
+            tg.start_soon(call, first)
+            tg.start_soon(call, second)
+            while not runs:
+                await anyio.lowlevel.checkpoint()
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            gate.set()
+        return results
+
+    results = anyio.run(main)
+    same = json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+    assert len(runs) == (1 if same else 2)
+    assert sum(r.shared for r in results) == (1 if same else 0)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import conversation_on
 from slateflow import Conversation, Flow, ManualClock, Resolver, Session, State, Step, is_set
@@ -228,3 +231,26 @@ def test_provenance_meta_of_a_secret_key_is_masked_in_exported_changes() -> None
     assert CARD not in exported
     assert changes[0].to_dict()["provenance"]["meta"] == {"card": "***"}
     assert state.entry("pay:result").provenance.meta["card"] == CARD  # the State has it
+
+
+@settings(max_examples=30, deadline=None)
+@given(secret=st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=12, max_size=40))
+def test_no_secret_resolvers_error_message_ever_reaches_the_prompt(secret: str) -> None:
+    from slateflow.errors import ResolverError
+
+    async def failing(state: State) -> None:
+        raise ValueError(f"declined: {secret}")
+
+    async def main() -> None:
+        async with Session(secret_pay_state(), clock=ManualClock()) as session:
+            conversation = Conversation(session)
+            session.background(Resolver.fetch("pay", failing), conversation.deliver)
+            ctx = await conversation.user_turn("and?")
+            assert ctx.deliveries
+            assert secret not in ctx.full_prompt
+            assert secret not in json.dumps(ctx.to_dict())
+            with pytest.raises(ResolverError) as raised:
+                await session.call(Resolver.fetch("pay", failing))
+            assert secret not in str(raised.value)
+
+    anyio.run(main)
