@@ -25,6 +25,8 @@ __all__ = [
     "HistoryError",
     "InvalidKeyError",
     "KeyExistsError",
+    "LLMOutputError",
+    "LLMStreamError",
     "MissingKeyError",
     "OrchestrationError",
     "PolicyViolation",
@@ -163,6 +165,16 @@ class ResolverError(SlateError):
         self.name = name
         self.error = error
         self.attempts = attempts
+
+
+class LLMOutputError(SlateError, ValueError):
+    """A model's answer does not match the output model its resolver asked for (not JSON, or
+    failing validation): the run fails and nothing is written to ``<name>:result``."""
+
+
+class LLMStreamError(SlateError):
+    """A streamed answer ended before the model finished it (the connection dropped, the
+    server stopped): the run fails rather than keep a truncated answer."""
 
 
 class ResolverTimeoutError(SlateError, TimeoutError):

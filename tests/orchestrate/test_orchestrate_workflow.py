@@ -322,3 +322,19 @@ async def test_a_pipeline_stage_that_raises_ends_only_its_own_chain() -> None:
     assert failed.task_id == "pipeline:1:0"
     assert "ValueError: cannot build a step for this one" in (failed.error or "")
     assert chains[2][0].structured == {"approved": True}
+
+
+async def test_a_swappable_llm_streams_from_its_current_model() -> None:
+    from slateflow.errors import OrchestrationError
+    from slateflow.resolve import LLMRequest, LLMResponse
+
+    class Plain:
+        async def generate(self, request: LLMRequest) -> LLMResponse:
+            return LLMResponse(text="plain")
+
+    llm = SwappableLLM({"big": ScriptedLLM(["from big"]), "plain": Plain()}, "big")
+    answer = Resolver.llm("answer", llm, "Hi", stream=True)
+    assert await answer.resolve(State()) == "from big"
+    llm.swap("plain")
+    with pytest.raises(OrchestrationError, match="cannot stream"):
+        llm.stream(LLMRequest(prompt="x"))

@@ -623,7 +623,8 @@ async def test_scripted_llm_answers_text_and_records_the_rendered_requests() -> 
             source="llm",
             writer="greet",
             model="scripted",
-            usage={"input_tokens": 0, "output_tokens": 0},
+            usage=None,  # a text reply reports no usage: unknown, never zero
+            usage_estimate={"input_tokens": 7, "output_tokens": 3},  # ~4 characters a token
         )
         state.set("user:name", "Grace")
         session.dispatch(resolver)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -21,7 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import OrchestrationError
-from ..resolve.llm import LLM, LLMRequest, LLMResponse
+from ..resolve.llm import LLM, LLMDelta, LLMRequest, LLMResponse
 from ..state import State
 from .budget import WorkflowBudget, budget_event
 from .combinators import (
@@ -133,6 +133,18 @@ class SwappableLLM:
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
         return await self.models[self.current].generate(request)
+
+    def stream(self, request: LLMRequest, /) -> AsyncIterator[LLMDelta | LLMResponse]:
+        """Stream from the current model (which must be able to)."""
+        model = self.models[self.current]
+        stream = getattr(model, "stream", None)
+        if not callable(stream):
+            raise OrchestrationError(
+                f"SwappableLLM: the current model {self.current!r} cannot stream; give every "
+                "model a stream method, or call without stream=True"
+            )
+        result: AsyncIterator[LLMDelta | LLMResponse] = stream(request)
+        return result
 
 
 class _Guarded:

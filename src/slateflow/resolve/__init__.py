@@ -18,7 +18,18 @@ from .background import (
 )
 from .clock import Clock, ManualClock, SystemClock, settle
 from .freshness import fresh_for, is_fresh
-from .llm import LLM, LLMRequest, LLMResponse, Usage
+from .llm import (
+    LLM,
+    LLMDelta,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    StreamingLLM,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    estimate_usage,
+)
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent
 from .retry import Retry
 from .run import Mode, Run, RunStatus
@@ -34,9 +45,11 @@ __all__ = [
     "BackgroundResult",
     "Clock",
     "Deliver",
+    "LLMDelta",
     "LLMRequest",
     "LLMResponse",
     "ManualClock",
+    "Message",
     "Mode",
     "OnConflict",
     "Resolver",
@@ -48,14 +61,18 @@ __all__ = [
     "Runtime",
     "Scheduling",
     "Session",
+    "StreamingLLM",
     "SystemClock",
     "Template",
     "TextAgent",
     "ToModel",
+    "ToolCall",
+    "ToolSpec",
     "Usage",
     "Watcher",
     "default_ack",
     "default_result",
+    "estimate_usage",
     "fresh_for",
     "is_fresh",
     "settle",

@@ -9,14 +9,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 import anyio.to_thread
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidKeyError, ResolverDefinitionError
 from ..state import Actor, Key, State, error_key, result_key, status_key
 from ..state.keys import META_PREFIX, check_key, compile_pattern
 from ..state.provenance import Stamp
 from .clock import SYSTEM_CLOCK, Clock
-from .llm import LLM, LLMRequest, usage_meta
+from .llm import LLM, LLMRequest, ToolSpec
+from .llm_call import LLMCall, Messages, Partial, tool_specs
 from .retry import Retry
 from .template import Template
 
@@ -188,6 +189,7 @@ class Resolver:
         "kind",
         "name",
         "on_conflict",
+        "partial_key",
         "reactive",
         "reads",
         "refresh_error",
@@ -247,6 +249,9 @@ class Resolver:
         self.result_key = result_key(name)
         self.error_key = error_key(name)
         self.status_key = status_key(name)
+        self.partial_key: str | None = None
+        """``<name>:partial`` for a streaming llm resolver (removed when a run ends), else
+        None."""
         self.refresh_result = frozenset([self.result_key])
         self.refresh_error = frozenset([self.error_key])
         # Built once: the provenance of its status writes, and the fence around its source.
@@ -355,21 +360,45 @@ class Resolver:
         cls,
         name: str,
         llm: LLM,
-        prompt: str | Template,
+        prompt: str | Template = "",
         *,
         system: str | None = None,
+        messages: Messages = (),
+        tools: Iterable[ToolSpec | dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        output: type[BaseModel] | None = None,
+        stream: bool = False,
+        on_partial: Partial | None = None,
+        partial_key: bool = True,
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
         **options: Unpack[ResolverOptions],
     ) -> Resolver:
-        """Resolve by one LLM completion over a prompt rendered from the State.
+        """Resolve by one LLM call over a prompt rendered from the State, or a conversation.
 
         ``prompt`` is a :class:`Template` (``{key}``, ``{key.path}``, ``{key?}``; see
         :mod:`slateflow.resolve.template`), rendered at each attempt; a missing or secret key
-        fails the run with a :class:`~slateflow.errors.TemplateError`. The completion text is the
-        result; the model and token usage go into its provenance. ``reads`` defaults to the
-        prompt's keys. Source ``"llm"``.
+        fails the run with a :class:`~slateflow.errors.TemplateError`. ``messages`` is a
+        conversation (:class:`~slateflow.resolve.Message` objects, or a function of the State
+        returning them), sent before the prompt. ``tools`` (:class:`~slateflow.resolve.ToolSpec`
+        or dicts of its fields) the model may call; the result is then ``{"text": ...,
+        "tool_calls": [...]}``. ``output``: a pydantic model the answer must be (its JSON
+        schema goes with the request; the answer is validated here, and the result is the
+        model's JSON data; an invalid one fails the run with
+        :class:`~slateflow.errors.LLMOutputError`). Otherwise the text is the result.
+
+        ``stream=True`` reads the answer through ``llm.stream(request)``: while the run is in
+        flight the text so far goes to ``on_partial`` (a callback, sync or async, for a voice
+        loop that speaks as it comes) and to ``<name>:partial`` (for guards, watchers and other
+        readers of the State; ``partial_key=False`` keeps it out of the State, e.g. on a
+        durable one that would journal every piece); the key is removed when the run ends,
+        and the result is written once, whole. A stream cut off is an error
+        (:class:`~slateflow.errors.LLMStreamError`), never a truncated result.
+
+        The model and token usage go into the result's provenance (``usage`` None when the
+        server did not report it, with ``usage_estimate``). ``reads`` defaults to the prompt's
+        keys. Source ``"llm"``.
         """
         generate = getattr(llm, "generate", None)
         if not callable(generate):
@@ -377,12 +406,24 @@ class Resolver:
                 f"resolver {name!r}: llm must have an async generate(request) method, "
                 f"got {type(llm).__name__}"
             )
-        template = prompt if isinstance(prompt, Template) else Template(prompt)
-        # Validated once here, so a bad temperature is a definition error, not a run failure.
+        if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: output must be a pydantic model class, got {output!r}"
+            )
+        if not prompt and not messages:
+            raise ResolverDefinitionError(
+                f"resolver {name!r}: give the prompt, the messages, or both"
+            )
+        template = (
+            None if not prompt else prompt if isinstance(prompt, Template) else Template(prompt)
+        )
+        # Validated once here, so a bad option is a definition error, not a run failure.
         try:
             base = LLMRequest(
-                prompt="",
                 system=system,
+                tools=tool_specs(name, tools),
+                tool_choice=tool_choice,
+                stream=bool(stream),
                 model=model,
                 temperature=temperature,
                 max_tokens=max_tokens,
@@ -392,13 +433,24 @@ class Resolver:
                 f"resolver {name!r}: bad LLM request options: "
                 + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             ) from None
+        call = LLMCall(
+            name,
+            llm,
+            template,
+            base,
+            messages=messages,
+            output=output,
+            on_partial=on_partial,
+            write_partial=partial_key,
+        )
 
         async def source(state: State) -> WithMeta:
-            request = base.model_copy(update={"prompt": template.render(state, owner=name)})
-            response = await generate(request)
-            return WithMeta(response.text, usage_meta(response))
+            value, meta = await call(state)
+            return WithMeta(value, meta)
 
-        return cls(name, "llm", source, template=template, **options)
+        resolver = cls(name, "llm", source, template=template, **options)
+        resolver.partial_key = call.partial_key
+        return resolver
 
     @classmethod
     def function(

@@ -518,7 +518,7 @@ class Run:
             try:
                 # An equal value from a new run is still written: its age and inputs are new.
                 self.outcome_seq = self._commit(
-                    writes, (resolver.error_key,), meta, resolver.refresh_result
+                    writes, (resolver.error_key, *self._partial()), meta, resolver.refresh_result
                 )
                 return
             except SlateError as exc:
@@ -535,7 +535,7 @@ class Run:
                 writes[resolver.status_key] = "error"
             try:
                 self.outcome_seq = self._commit(
-                    writes, (resolver.result_key,), meta, resolver.refresh_error
+                    writes, (resolver.result_key, *self._partial()), meta, resolver.refresh_error
                 )
                 return
             except SlateError as exc:
@@ -547,9 +547,15 @@ class Run:
             if self.status == "cancelled":
                 meta["reason"] = self.cancel_reason or "cancelled"
             try:
-                self.outcome_seq = self._commit({resolver.status_key: self.status}, (), meta)
+                removes = self._partial()
+                self.outcome_seq = self._commit({resolver.status_key: self.status}, removes, meta)
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
+
+    def _partial(self) -> tuple[str, ...]:
+        # A streaming run's answer so far goes with it: it was never the result.
+        key = self.resolver.partial_key
+        return (key,) if key is not None and key in self.state else ()
 
     def finish_cancelled(self, reason: str, *, write: bool = True) -> None:
         """End as cancelled because the surrounding scope was cancelled (session exit, caller)."""

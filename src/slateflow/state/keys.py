@@ -20,6 +20,7 @@ __all__ = [
     "check_key",
     "error_key",
     "key_name",
+    "partial_key",
     "result_key",
     "status_key",
     "unprintable",
@@ -50,6 +51,12 @@ _INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]")
 def result_key(name: str) -> str:
     """The key a resolver named ``name`` writes its value to: ``"{name}:result"``."""
     return f"{name}:result"
+
+
+def partial_key(name: str) -> str:
+    """The key a streaming resolver keeps its answer so far in while it runs:
+    ``"{name}:partial"`` (removed when the run ends)."""
+    return f"{name}:partial"
 
 
 def error_key(name: str) -> str:

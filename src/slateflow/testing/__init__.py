@@ -5,10 +5,11 @@ unit-tested with no network, no sleeps and no flakiness (with ``slateflow.Manual
 from .asserts import assert_provenance, assert_resolved, assert_step, recent_journal, why
 from .fakes import Fake, FakeCall, fake_agent, fake_fetch
 from .script import ConversationScript
-from .scripted_llm import Reply, ScriptedLLM
+from .scripted_llm import CutOff, Reply, ScriptedLLM
 
 __all__ = [
     "ConversationScript",
+    "CutOff",
     "Fake",
     "FakeCall",
     "Reply",
