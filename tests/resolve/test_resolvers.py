@@ -1888,3 +1888,53 @@ async def test_every_kind_writes_the_same_keys(state: State, kind: str) -> None:
     assert state.get("k:result") == value
     assert state.get("k:status") == "done"
     assert sorted(state.keys("k:")) == ["k:result", "k:status"]
+
+
+class ServerSaid(Exception):
+    """A failure carrying what the server said of retrying it (as integration errors do)."""
+
+    def __init__(self, retryable: bool | None, retry_after: float | None) -> None:
+        super().__init__(f"HTTP error (retryable={retryable}, retry after {retry_after})")
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (ServerSaid(True, 3.0), [0, 3, 6]),  # Retry-After: 3 beats the 1 s backoff
+        (ServerSaid(True, 100.0), [0, 10, 20]),  # ... within max_backoff
+        (ServerSaid(True, None), [0, 1, 3]),  # retryable, no wait asked: the backoff
+        (ServerSaid(False, 1.0), [0]),  # a 400 is not retried
+    ],
+)
+async def test_a_failure_that_says_how_to_retry_is_taken_at_its_word(
+    failure: BaseException, expected: list[float]
+) -> None:
+    clock = ManualClock()
+    state = State(clock=clock)
+    source = Flaky(clock, *(failure for _ in range(10)))
+    retry = Retry(attempts=3, backoff=1, multiplier=2, max_backoff=10)
+    outcome = await resolve_while_advancing(
+        Resolver.fetch("v", source, retry=retry), state, clock, 100
+    )
+    assert isinstance(outcome.error, ResolverError)
+    assert source.times == pytest.approx(expected)
+
+
+@pytest.mark.anyio
+async def test_a_slateflow_error_that_says_it_is_retryable_is_retried() -> None:
+    from slateflow.errors import SlateError
+
+    class Busy(SlateError):
+        retryable = True
+        retry_after = 0.5
+
+    clock = ManualClock()
+    source = Flaky(clock, Busy("the model server is busy"), value="ok")
+    outcome = await resolve_while_advancing(
+        Resolver.fetch("v", source, retry=Retry(attempts=2)), State(clock=clock), clock, 10
+    )
+    assert outcome.value == "ok"
+    assert source.times == pytest.approx([0, 0.5])

@@ -9,14 +9,30 @@ from dataclasses import dataclass
 
 from ..errors import ResolverDefinitionError, SlateError
 
-__all__ = ["Retry", "RetryOn"]
+__all__ = ["Retry", "RetryOn", "retry_hint"]
 
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
 
+def retry_hint(exc: BaseException) -> tuple[bool | None, float | None]:
+    """What a failure says of retrying it: its ``retryable`` attribute (True, False, or None:
+    no opinion) and its ``retry_after`` (seconds the server asked to wait, or None). An
+    integration's errors set them (an HTTP 429 with ``Retry-After: 2``: retryable, 2 s)."""
+    retryable = getattr(exc, "retryable", None)
+    after = getattr(exc, "retry_after", None)
+    wait: float | None = None
+    if isinstance(after, int | float) and not isinstance(after, bool):
+        wait = float(after) if math.isfinite(after) and after >= 0 else None
+    return (retryable if isinstance(retryable, bool) else None, wait)
+
+
 def _default_retry_on(exc: BaseException) -> bool:
     # slateflow's own errors (a missing template key, a policy refusing the result) come from the
-    # state or the definition, and retrying them would only repeat them. Timeouts are retried.
+    # state or the definition, and retrying them would only repeat them, unless the error says
+    # otherwise (a model server's 429 or 503). Timeouts are retried.
+    said, _ = retry_hint(exc)
+    if said is not None:
+        return said
     if isinstance(exc, TimeoutError):
         return True
     return isinstance(exc, Exception) and not isinstance(exc, SlateError)
@@ -31,8 +47,11 @@ class Retry:
     between 50% and 100% of it). Waits use the Session's clock, so a manual clock controls them.
 
     ``retry_on`` chooses which failures are retried: an exception class, a tuple of them, or a
-    predicate. By default every ``Exception`` except slateflow's own errors is retried (a timeout
-    is retried too); cancellation never is.
+    predicate. By default a failure that says whether it may be retried (a ``retryable``
+    attribute, as an integration's HTTP errors have: 429 and 5xx yes, 400 / 401 / 404 no) is
+    taken at its word; otherwise every ``Exception`` except slateflow's own errors is retried (a
+    timeout is retried too); cancellation never is. A failure that carries ``retry_after``
+    (a server's ``Retry-After``) waits at least that long, within ``max_backoff``.
     """
 
     attempts: int = 3
@@ -89,11 +108,16 @@ class Retry:
             return isinstance(exc, on)
         return bool(on(exc))
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after attempt number ``attempt`` (1-based) failed."""
+    def delay(self, attempt: int, exc: BaseException | None = None) -> float:
+        """Seconds to wait after attempt number ``attempt`` (1-based) failed (with ``exc``: at
+        least the ``retry_after`` it carries, up to ``max_backoff``)."""
         wait = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
         if self.jitter:
             wait -= wait * self.jitter * random.random()
+        if exc is not None:
+            _, after = retry_hint(exc)
+            if after is not None:
+                wait = min(self.max_backoff, max(wait, after))
         return wait
 
 

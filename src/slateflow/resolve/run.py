@@ -370,6 +370,7 @@ class Run:
             except Exception as exc:
                 if retry is None or not retry.should_retry(exc, attempt):
                     raise
+                failed = exc
                 log.debug(
                     "resolver %r attempt %d failed, retrying: %s",
                     resolver.name,
@@ -377,7 +378,7 @@ class Run:
                     type(exc).__name__ if self._secret() else repr(exc),
                 )
             assert retry is not None
-            await self.clock.sleep(retry.delay(attempt))
+            await self.clock.sleep(retry.delay(attempt, failed))
 
     def _accept(self, produced: Any) -> Produced:
         """Split what a source returned into value and extra provenance, and check the value.
