@@ -30,6 +30,7 @@ DOC_PAGES = [
     "docs/flows.md",
     "docs/testing.md",
     "docs/conversation.md",
+    "docs/openai.md",
     "docs/orchestration.md",
     "docs/durability.md",
     "docs/security.md",

@@ -34,7 +34,17 @@ MAX_LINES = 600
 MAX_PUBLIC = 30
 
 
-LAYERS = ["errors", "stores", "state", "resolve", "flow", "conversation", "orchestrate", "testing"]
+LAYERS = [
+    "errors",
+    "stores",
+    "state",
+    "resolve",
+    "flow",
+    "conversation",
+    "orchestrate",
+    "integrations",
+    "testing",
+]
 # Modules of the base layer beside errors.py (they import nothing of the package).
 BASE = {"errors"}
 IMPORTERS = {"import_module", "__import__"}

@@ -27,7 +27,9 @@ __all__ = [
     "KeyExistsError",
     "LLMOutputError",
     "LLMStreamError",
+    "MissingExtraError",
     "MissingKeyError",
+    "ModelCallError",
     "OrchestrationError",
     "PolicyViolation",
     "ReadOnlyError",
@@ -165,6 +167,36 @@ class ResolverError(SlateError):
         self.name = name
         self.error = error
         self.attempts = attempts
+
+
+class MissingExtraError(SlateError, ImportError):
+    """An integration's library is not installed: the message names the extra to install
+    (``pip install 'slateflow[openai]'``)."""
+
+
+class ModelCallError(SlateError):
+    """A model server answered a call with an error status, or could not be reached.
+
+    ``server`` is where it was sent, ``status`` the HTTP status (None: no answer), and
+    ``retryable`` / ``retry_after`` what the server said of trying again (a 429 or 5xx is
+    retryable, honouring ``Retry-After``; a 400, 401 or 404 is not): a resolver's ``Retry``
+    takes them at their word.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str,
+        status: int | None,
+        retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.server = server
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class LLMOutputError(SlateError, ValueError):

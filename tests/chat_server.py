@@ -1,0 +1,194 @@
+"""A real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions wire format (JSON and
+SSE streaming), for the integration tests: what it answers is chosen by the request's model.
+
+- ``hello``: "Hello there!" with usage (streamed: four pieces, then a usage chunk, ``[DONE]``);
+- ``nousage``: the same without usage;
+- ``tools``: two parallel tool calls (streamed: their arguments in pieces);
+- ``json``: a JSON answer for a schema;
+- ``cut``: streamed, two pieces, then the connection closes (no finish, no ``[DONE]``);
+- ``e429`` / ``e503ms`` / ``e400`` / ``e401`` / ``e404``: that status (429 with
+  ``Retry-After: 2``, 503 with ``retry-after-ms: 250``), an OpenAI error body;
+- ``flaky``: 503 the first time, then ``hello``;
+- ``slow``: the first streamed piece after a wait the test sets (``first_token_delay``).
+
+Every request body is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class ChatServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.calls: dict[str, int] = {}
+        self.first_token_delay = 0.0
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+
+@contextmanager
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ERRORS = {"e429": 429, "e503ms": 503, "e400": 400, "e401": 401, "e404": 404}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChatServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        return None
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        self.server.requests.append(body)
+        model = str(body.get("model"))
+        n = self.server.calls[model] = self.server.calls.get(model, 0) + 1
+        if model == "flaky" and n == 1:
+            self._error(503, {"retry-after-ms": "100"})
+            return
+        if model in ERRORS:
+            status = ERRORS[model]
+            headers = {"retry-after": "2"} if status == 429 else {}
+            if model == "e503ms":
+                headers = {"retry-after-ms": "250"}
+            self._error(status, headers)
+            return
+        if body.get("stream"):
+            self._stream(model, body)
+        else:
+            self._json(model)
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def _json(self, model: str) -> None:
+        message: dict[str, Any] = {"role": "assistant", "content": "Hello there!"}
+        finish = "stop"
+        if model == "tools":
+            message = {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}
+            finish = "tool_calls"
+        elif model == "json":
+            message = {"role": "assistant", "content": '{"day": "friday", "party": 4}'}
+        payload: dict[str, Any] = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1767225600,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+        if model != "nousage":
+            payload["usage"] = {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, model: str, body: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        if model == "slow":
+            time.sleep(self.server.first_token_delay)
+        if model == "tools":
+            deltas: list[dict[str, Any]] = [
+                {"role": "assistant", "tool_calls": [_piece(0, TOOL_CALLS[0], 0, 10)]},
+                {"tool_calls": [_piece(0, TOOL_CALLS[0], 10, None)]},
+                {"tool_calls": [_piece(1, TOOL_CALLS[1], 0, None)]},
+            ]
+            finish = "tool_calls"
+        else:
+            deltas = [{"role": "assistant", "content": ""}]
+            deltas += [{"content": p} for p in ("Hel", "lo ", "there", "!")]
+            finish = "stop"
+        if model == "cut":
+            for delta in deltas[:3]:
+                self._event(self._chunk(model, delta, None))
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        for delta in deltas:
+            self._event(self._chunk(model, delta, None))
+        self._event(self._chunk(model, {}, finish))
+        include = (body.get("stream_options") or {}).get("include_usage")
+        if include and model != "nousage":
+            usage = {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}
+            self._event({**self._chunk(model, {}, None), "choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _chunk(self, model: str, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1767225600,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def _error(self, status: int, headers: dict[str, str]) -> None:
+        data = json.dumps(
+            {"error": {"message": f"scripted {status}", "type": "test", "code": str(status)}}
+        ).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+TOOL_CALLS = [
+    {
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"day": "friday"}'},
+    },
+    {
+        "id": "call_b",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"day": "saturday"}'},
+    },
+]
+
+
+def _piece(index: int, call: dict[str, Any], start: int, end: int | None) -> dict[str, Any]:
+    arguments = call["function"]["arguments"][start:end]
+    piece: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if start == 0:
+        piece["id"] = call["id"]
+        piece["type"] = "function"
+        piece["function"]["name"] = call["function"]["name"]
+    return piece
