@@ -4,6 +4,7 @@ cancels running steps, downgrade switches the model later LLM calls use)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -338,3 +339,35 @@ async def test_a_swappable_llm_streams_from_its_current_model() -> None:
     llm.swap("plain")
     with pytest.raises(OrchestrationError, match="cannot stream"):
         llm.stream(LLMRequest(prompt="x"))
+
+
+async def test_a_workflows_llm_calls_are_charged_to_its_budget_with_reported_usage() -> None:
+    from slateflow.resolve import LLMResponse, Usage
+
+    big = ScriptedLLM([LLMResponse(text="ok", usage=Usage(input_tokens=30, output_tokens=10))])
+    llm = SwappableLLM({"big": big}, "big")
+    budget = WorkflowBudget(limit_tokens=1000, workflow="w")
+    Workflow.builder(LocalExecutor({}, concurrency=1)).with_budget(budget).with_llm(llm).build()
+    await Resolver.llm("ask", llm, "Hi").resolve(State())
+    assert budget.snapshot().consumed_tokens == 40  # what the server reported
+
+
+async def test_a_call_with_unknown_usage_is_charged_its_estimate_never_nothing() -> None:
+    from slateflow.orchestrate import MeteredLLM
+
+    budget = WorkflowBudget(limit_tokens=1000, workflow="w")
+    llm = MeteredLLM(ScriptedLLM(["a reply of twenty ch"]), budget, output_per_1k="2.00")
+    await Resolver.llm("ask", llm, "A question of 26 letters?").resolve(State())
+    snapshot = budget.snapshot()
+    assert snapshot.consumed_tokens == 7 + 5  # estimated: ~4 characters a token
+    assert snapshot.consumed_cost == pytest.approx(Decimal("0.01"))  # 5 tokens at 2.00 / 1k
+
+
+async def test_a_streamed_call_is_charged_once_when_it_ends() -> None:
+    from slateflow.orchestrate import MeteredLLM
+
+    budget = WorkflowBudget(workflow="w")
+    llm = MeteredLLM(ScriptedLLM(["one two three"]), budget)
+    answer = Resolver.llm("answer", llm, "Count", stream=True)
+    assert await answer.resolve(State()) == "one two three"
+    assert budget.snapshot().consumed_tokens == 2 + 4

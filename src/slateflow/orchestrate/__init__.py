@@ -28,6 +28,7 @@ from .combinators import (
     run_step,
 )
 from .local import AgentFunction, LocalExecutor
+from .metered import MeteredLLM
 from .protocol import LocalOrchestrator, Orchestrator, QueryPayload, SignalPayload
 from .resumable import execute_parallel_resumable
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
@@ -63,6 +64,7 @@ __all__ = [
     "LocalExecutor",
     "LocalOrchestrator",
     "LoopDecision",
+    "MeteredLLM",
     "OrchestratedHandle",
     "Orchestrator",
     "PipelineStage",

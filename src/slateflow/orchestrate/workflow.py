@@ -44,6 +44,7 @@ from .events import (
     StepLimitReached,
     TimeoutReached,
 )
+from .metered import MeteredLLM, charge
 from .spec import AgentExecutor, AgentStepSpec, StepOutcome
 
 __all__ = [
@@ -117,13 +118,16 @@ def default_policy(event: Any) -> BudgetDecision | None:
 class SwappableLLM:
     """An :class:`~slateflow.LLM` that forwards to one of several, switchable at run time:
     give it to your LLM resolvers, and a ``downgrade_model`` decision moves them all to the
-    cheaper model."""
+    cheaper model. Given to a workflow with a budget (``with_llm`` and ``with_budget``), every
+    call's token usage (or its estimate) is recorded in that budget, under the model's name."""
 
     def __init__(self, models: dict[str, LLM], current: str) -> None:
         if current not in models:
             raise OrchestrationError(f"SwappableLLM: {current!r} is not among {sorted(models)}")
         self.models = dict(models)
         self.current = current
+        self.budget: WorkflowBudget | None = None
+        """The budget its calls are charged to (set by the workflow it is given to)."""
 
     def swap(self, to: str) -> None:
         """Use the model named ``to`` from now on."""
@@ -132,7 +136,11 @@ class SwappableLLM:
         self.current = to
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
-        return await self.models[self.current].generate(request)
+        name = self.current
+        response = await self.models[name].generate(request)
+        if self.budget is not None:
+            charge(self.budget, request, response, operator=name)
+        return response
 
     def stream(self, request: LLMRequest, /) -> AsyncIterator[LLMDelta | LLMResponse]:
         """Stream from the current model (which must be able to)."""
@@ -143,6 +151,8 @@ class SwappableLLM:
                 f"SwappableLLM: the current model {self.current!r} cannot stream; give every "
                 "model a stream method, or call without stream=True"
             )
+        if self.budget is not None:
+            return MeteredLLM(model, self.budget, operator=self.current).stream(request)
         result: AsyncIterator[LLMDelta | LLMResponse] = stream(request)
         return result
 
@@ -204,6 +214,8 @@ class Workflow:
         self.state = state
         self.policy = policy
         self.llm = llm
+        if llm is not None and budget is not None:
+            llm.budget = budget  # its calls count against the budget they are decided on
         self.history: list[Any] = []
         """Every milestone, oldest first."""
         self.decisions: list[BudgetDecision] = []
