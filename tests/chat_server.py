@@ -11,6 +11,9 @@ SSE streaming), for the integration tests: what it answers is chosen by the requ
 - ``flaky``: 503 the first time, then ``hello``;
 - ``slow``: the first streamed piece after a wait the test sets (``first_token_delay``).
 
+A request whose assistant tool call is not followed by its tool result is refused with a 400,
+as real servers refuse it.
+
 Every request body is kept in ``requests``.
 """
 
@@ -33,6 +36,12 @@ class ChatServer(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.calls: dict[str, int] = {}
         self.first_token_delay = 0.0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer (a timeout, a cancelled stream) is expected here;
+        # printing its traceback from this thread would race the test thread's use of ast
+        # (CPython 3.11 shares its recursion counter between threads).
+        return None
 
     @property
     def url(self) -> str:
@@ -70,6 +79,11 @@ class _Handler(BaseHTTPRequestHandler):
         n = self.server.calls[model] = self.server.calls.get(model, 0) + 1
         if model == "flaky" and n == 1:
             self._error(503, {"retry-after-ms": "100"})
+            return
+        unanswered = _unanswered_tool_calls(body.get("messages", []))
+        if unanswered:
+            # As real servers do: an assistant tool call must be followed by its tool result.
+            self._error(400, {}, f"tool_call_ids did not have response messages: {unanswered}")
             return
         if model in ERRORS:
             status = ERRORS[model]
@@ -157,9 +171,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
         self.wfile.flush()
 
-    def _error(self, status: int, headers: dict[str, str]) -> None:
+    def _error(self, status: int, headers: dict[str, str], message: str = "") -> None:
+        text = message or f"scripted {status}"
         data = json.dumps(
-            {"error": {"message": f"scripted {status}", "type": "test", "code": str(status)}}
+            {"error": {"message": text, "type": "test", "code": str(status)}}
         ).encode()
         self.send_response(status)
         for name, value in headers.items():
@@ -168,6 +183,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[str]:
+    open_calls: list[str] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") in open_calls:
+                open_calls.remove(message["tool_call_id"])
+            continue
+        if open_calls:
+            return open_calls
+        open_calls = [c["id"] for c in message.get("tool_calls") or []]
+    return open_calls
 
 
 TOOL_CALLS = [

@@ -22,10 +22,12 @@ from slateflow.integrations.openai import OpenAIModel
 pytestmark = [
     pytest.mark.anyio,
     # Under trio, the SDK leaves its own SSE generators (openai._streaming, httpx2's
-    # aiter_bytes) to the garbage collector after a stream ends, and trio warns; ours are
+    # aiter_bytes, httpcore2's pool stream) to the garbage collector after a stream ends or is
+    # cancelled, and trio warns; ours are
     # closed (the response is, by OpenAIModel.stream). Not ours to fix: filtered by name.
     pytest.mark.filterwarnings("ignore:Async generator 'openai._streaming:ResourceWarning"),
     pytest.mark.filterwarnings("ignore:Async generator 'httpx2._models:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Async generator 'httpcore2.:ResourceWarning"),
 ]
 
 
@@ -226,3 +228,42 @@ async def test_cancelling_a_stream_closes_it(server: ChatServer) -> None:
     first = await stream.__anext__()
     assert isinstance(first, LLMDelta)
     await stream.aclose()  # what a cancelled run does
+
+
+async def test_the_server_sees_every_tool_call_answered_and_refuses_one_that_is_not(
+    server: ChatServer,
+) -> None:
+    llm = model(server)
+    params = llm.params(LLMRequest(prompt="x"))
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    params["messages"] = [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    params["messages"].append({"role": "user", "content": "and?"})
+    with pytest.raises(Exception, match="did not have response messages"):
+        await llm.client.chat.completions.create(**params)  # the raw SDK, our pairing bypassed
+    with pytest.raises(ValueError, match="no tool result"):  # slateflow refuses it first
+        LLMRequest(
+            messages=(
+                Message(role="assistant", tool_calls=(ToolCall(id="c1", name="lookup"),)),
+                Message(role="user", content="and?"),
+            )
+        )
+
+
+async def test_a_slow_first_token_is_waited_for_and_a_timeout_closes_the_stream(
+    server: ChatServer,
+) -> None:
+    server.first_token_delay = 0.3
+    try:
+        heard: list[str] = []
+        slow = Resolver.llm(
+            "slow", model(server, "slow"), "Hi", stream=True, on_partial=heard.append
+        )
+        async with Session(State()) as session:
+            assert await session.call(slow) == "Hello there!"
+            assert heard[0] == "Hel"
+            impatient = Resolver.llm("slow", model(server, "slow"), "Hi", stream=True, timeout=0.05)
+            with pytest.raises(ResolverError, match="timed out"):
+                await session.call(impatient)
+            assert "slow:partial" not in session.state
+    finally:
+        server.first_token_delay = 0.0
