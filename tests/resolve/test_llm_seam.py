@@ -249,3 +249,9 @@ async def test_a_scripted_llm_streams_word_by_word() -> None:
     pieces = [p async for p in llm.stream(LLMRequest(prompt="x"))]
     assert [p.text for p in pieces[:-1]] == ["Four ", "people ", "at ", "seven."]
     assert isinstance(pieces[-1], LLMResponse)
+
+
+def test_fixed_messages_with_a_tool_call_left_open_are_refused_when_the_resolver_is_built() -> None:
+    open_call = [Message(role="assistant", tool_calls=(CALL,))]
+    with pytest.raises(ResolverDefinitionError, match="no tool result"):
+        Resolver.llm("x", ScriptedLLM(), "And now?", messages=open_call)

@@ -79,6 +79,18 @@ class LLMCall:
                 f"resolver {name!r}: stream=True needs an LLM with a stream(request) method; "
                 f"{type(llm).__name__} has none"
             )
+        if not callable(messages) and self.messages:
+            # Fixed messages are checked once, here (pairs, and a prompt after them).
+            try:
+                base = LLMRequest.model_validate(
+                    {
+                        **base.model_dump(),
+                        "messages": self.messages,
+                        "prompt": "…" if template is not None else "",
+                    }
+                ).model_copy(update={"prompt": ""})
+            except ValidationError as exc:
+                raise ResolverDefinitionError(f"resolver {name!r}: bad messages: {exc}") from None
         if output is not None:
             base = base.model_copy(
                 update={
@@ -95,13 +107,12 @@ class LLMCall:
             update["prompt"] = self.template.render(state, owner=self.name)
         messages = self.messages
         if callable(messages):
+            # Validated again: computed messages must pair tool calls with their results.
             update["messages"] = tuple(messages(state))
-        elif messages:
-            update["messages"] = messages
+            return LLMRequest.model_validate({**self.base.model_dump(), **update})
         if not update:
             return self.base
-        # Validated again: computed messages must pair tool calls with their results too.
-        return LLMRequest.model_validate({**self.base.model_dump(), **update})
+        return self.base.model_copy(update=update)  # fixed messages were checked when built
 
     async def __call__(self, state: State) -> tuple[Any, dict[str, Any]]:
         request = self.request(state)
