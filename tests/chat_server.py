@@ -9,7 +9,8 @@ SSE streaming), for the integration tests: what it answers is chosen by the requ
 - ``e429`` / ``e503ms`` / ``e400`` / ``e401`` / ``e404``: that status (429 with
   ``Retry-After: 2``, 503 with ``retry-after-ms: 250``), an OpenAI error body;
 - ``flaky``: 503 the first time, then ``hello``;
-- ``slow``: the first streamed piece after a wait the test sets (``first_token_delay``).
+- ``slow``: the first streamed piece only once the test sets ``first_token`` (a
+  ``threading.Event``; the server gives up waiting after ``SAFETY`` seconds).
 
 A request whose assistant tool call is not followed by its tool result is refused with a 400,
 as real servers refuse it.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +36,8 @@ class ChatServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.calls: dict[str, int] = {}
-        self.first_token_delay = 0.0
+        self.first_token = threading.Event()
+        self.first_token.set()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up mid-answer (a timeout, a cancelled stream) is expected here;
@@ -53,7 +54,10 @@ class ChatServer(ThreadingHTTPServer):
 @contextmanager
 def chat_server() -> Iterator[ChatServer]:
     server = ChatServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits up to one interval.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield server
@@ -61,6 +65,9 @@ def chat_server() -> Iterator[ChatServer]:
         server.shutdown()
         server.server_close()
 
+
+SAFETY = 10.0
+"""How long ``slow`` holds its first piece at most, should a test never release it."""
 
 ERRORS = {"e429": 429, "e503ms": 503, "e400": 400, "e401": 401, "e404": 404}
 
@@ -136,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         if model == "slow":
-            time.sleep(self.server.first_token_delay)
+            self.server.first_token.wait(SAFETY)
         if model == "tools":
             deltas: list[dict[str, Any]] = [
                 {"role": "assistant", "tool_calls": [_piece(0, TOOL_CALLS[0], 0, 10)]},

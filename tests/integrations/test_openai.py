@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 
-from chat_server import ChatServer, chat_server
+from chat_server import SAFETY, ChatServer, chat_server
 from slateflow import ManualClock, Resolver, Retry, Session, State
 from slateflow.errors import LLMStreamError, ModelCallError, ResolverError
 from slateflow.resolve import LLMDelta, LLMRequest, LLMResponse, Message, ToolCall
@@ -223,7 +225,6 @@ async def test_a_server_that_is_down_is_a_retryable_error() -> None:
 
 
 async def test_cancelling_a_stream_closes_it(server: ChatServer) -> None:
-    server.first_token_delay = 0.0
     stream = model(server).stream(LLMRequest(prompt="Hi"))
     first = await stream.__anext__()
     assert isinstance(first, LLMDelta)
@@ -252,18 +253,29 @@ async def test_the_server_sees_every_tool_call_answered_and_refuses_one_that_is_
 async def test_a_slow_first_token_is_waited_for_and_a_timeout_closes_the_stream(
     server: ChatServer,
 ) -> None:
-    server.first_token_delay = 0.3
+    server.first_token.clear()  # the server holds the first piece until the test says
     try:
         heard: list[str] = []
         slow = Resolver.llm(
             "slow", model(server, "slow"), "Hi", stream=True, on_partial=heard.append
         )
         async with Session(State()) as session:
-            assert await session.call(slow) == "Hello there!"
+            asked = server.calls.get("slow", 0)
+            run = session.dispatch(slow)
+            with anyio.fail_after(SAFETY):
+                while server.calls.get("slow", 0) == asked:  # the request reached the server
+                    await anyio.lowlevel.checkpoint()
+            assert heard == []  # nothing said before the first token
+            server.first_token.set()
+            assert await run.wait() == "Hello there!"
             assert heard[0] == "Hel"
-            impatient = Resolver.llm("slow", model(server, "slow"), "Hi", stream=True, timeout=0.05)
-            with pytest.raises(ResolverError, match="timed out"):
-                await session.call(impatient)
+        server.first_token.clear()
+        impatient = Resolver.llm("slow", model(server, "slow"), "Hi", stream=True, timeout=5)
+        async with Session(State(), clock=ManualClock()) as session:
+            run = session.dispatch(impatient)
+            await run.wait(raise_error=False)  # the manual clock reaches the timeout
+            assert run.status == "error"
+            assert "timed out" in (run.error or "")
             assert "slow:partial" not in session.state
     finally:
-        server.first_token_delay = 0.0
+        server.first_token.set()
