@@ -48,3 +48,8 @@ def test_require_names_the_extra() -> None:
 
     with pytest.raises(MissingExtraError, match=r"slateflow\[nothing\]"):
         require("slateflow_no_such_module", "nothing", "a test")
+
+
+def test_a_property_called_default_is_kept_by_the_strict_rewrite() -> None:
+    schema = {"type": "object", "properties": {"default": {"type": "string", "default": "x"}}}
+    assert strict_schema(schema)["properties"] == {"default": {"type": "string"}}

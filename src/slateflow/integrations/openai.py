@@ -23,7 +23,15 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from ..errors import LLMStreamError, ModelCallError, UsageError
-from ..resolve.llm import LLMDelta, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ..resolve.llm import (
+    LLMDelta,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from . import require
 
 __all__ = ["OpenAIModel", "strict_schema"]
@@ -206,7 +214,7 @@ class OpenAIModel:
             params["extra_body"] = extra
         return params
 
-    def _tool(self, tool: Any) -> dict[str, Any]:
+    def _tool(self, tool: ToolSpec) -> dict[str, Any]:
         strict = self.strict if tool.strict is None else tool.strict
         function: dict[str, Any] = {
             "name": tool.name,
@@ -260,6 +268,10 @@ class OpenAIModel:
         return f"OpenAIModel({self.model!r}, base_url={self.server!r})"
 
 
+# Keywords whose value maps names to schemas (a property called "default" is not a default).
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions"})
+
+
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` as OpenAI's strict mode takes it: every object closed
     (``additionalProperties: false``) with every property required, and no ``default``
@@ -270,17 +282,10 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     for key, value in schema.items():
         if key == "default":
             continue
-        if isinstance(value, dict):
-            out[key] = (
-                {k: strict_schema(v) for k, v in value.items()}
-                if key
-                in (
-                    "properties",
-                    "$defs",
-                    "definitions",
-                )
-                else strict_schema(value)
-            )
+        if isinstance(value, dict) and key in _SCHEMA_MAPS:
+            out[key] = {name: strict_schema(sub) for name, sub in value.items()}
+        elif isinstance(value, dict):
+            out[key] = strict_schema(value)
         elif isinstance(value, list):
             out[key] = [strict_schema(v) if isinstance(v, dict) else v for v in value]
         else:

@@ -36,7 +36,7 @@ from .events import (
     TimeoutReached,
 )
 
-__all__ = ["BudgetSnapshot", "WorkflowBudget", "budget_event"]
+__all__ = ["BudgetSnapshot", "WorkflowBudget", "budget_event", "money"]
 
 log = logging.getLogger("slateflow.orchestrate")
 
@@ -62,7 +62,9 @@ class BudgetSnapshot(BaseModel):
     exhausted: bool
 
 
-def _money(value: object, what: str) -> Decimal:
+def money(value: object, what: str) -> Decimal:
+    """``value`` (a number or decimal string) as a finite ``Decimal`` >= 0; anything else
+    raises ``OrchestrationError`` naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
         raise OrchestrationError(f"{what} must be an amount (a number or decimal string)")
     try:
@@ -107,7 +109,7 @@ class WorkflowBudget:
         on_event: Callable[[Any], Any] | None = None,
     ) -> None:
         self.limit_tokens = None if limit_tokens is None else _count(limit_tokens, "limit_tokens")
-        self.limit_cost = None if limit_cost is None else _money(limit_cost, "limit_cost")
+        self.limit_cost = None if limit_cost is None else money(limit_cost, "limit_cost")
         self.max_steps = None if max_steps is None else _count(max_steps, "max_steps", 1)
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
@@ -115,7 +117,7 @@ class WorkflowBudget:
             raise OrchestrationError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         self.timeout = timeout
         self.loop_limit = None if loop_limit is None else _count(loop_limit, "loop_limit", 1)
-        self.warn_at = _money(warn_at, "warn_at")
+        self.warn_at = money(warn_at, "warn_at")
         if self.warn_at > 1:
             raise OrchestrationError(f"warn_at is a fraction of the limit <= 1, got {warn_at!r}")
         if type(workflow) is not str or not workflow:
@@ -152,7 +154,7 @@ class WorkflowBudget:
         """Add what a finished call used (an overshoot is kept: the cap is soft). Emits
         ``cost_incurred`` for a cost, and ``budget_warning`` once past ``warn_at`` of a limit."""
         used = _count(tokens, "tokens")
-        amount = _money(cost, "cost")
+        amount = money(cost, "cost")
         events: list[Any] = []
         with self._lock:
             self._tokens += used

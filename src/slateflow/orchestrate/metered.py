@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import OrchestrationError
 from ..resolve.llm import LLM, LLMDelta, LLMRequest, LLMResponse, estimate_usage
-from .budget import WorkflowBudget
+from .budget import WorkflowBudget, money
 
 __all__ = ["MeteredLLM", "charge"]
 
@@ -59,8 +59,8 @@ class MeteredLLM:
             raise OrchestrationError(f"MeteredLLM charges a WorkflowBudget, got {budget!r}")
         self.llm = llm
         self.budget = budget
-        self.input_per_1k = _price(input_per_1k, "input_per_1k")
-        self.output_per_1k = _price(output_per_1k, "output_per_1k")
+        self.input_per_1k = money(input_per_1k, "MeteredLLM: input_per_1k")
+        self.output_per_1k = money(output_per_1k, "MeteredLLM: output_per_1k")
         self.operator = operator
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
@@ -97,12 +97,3 @@ class MeteredLLM:
     def __repr__(self) -> str:
         return f"MeteredLLM({self.llm!r})"
 
-
-def _price(value: Decimal | str | float, what: str) -> Decimal:
-    try:
-        price = Decimal(str(value))
-    except ArithmeticError:
-        raise OrchestrationError(f"MeteredLLM: {what} must be a number, got {value!r}") from None
-    if not price.is_finite() or price < 0:
-        raise OrchestrationError(f"MeteredLLM: {what} must be a finite price >= 0, got {value!r}")
-    return price
