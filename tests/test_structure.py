@@ -46,7 +46,7 @@ LAYERS = [
     "testing",
 ]
 # Modules of the base layer beside errors.py (they import nothing of the package).
-BASE = {"errors"}
+BASE = {"errors", "extras"}
 IMPORTERS = {"import_module", "__import__"}
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "FlowError",
     "FlowFormatError",
     "GuardFormatError",
+    "HTTPCallError",
     "HistoryError",
     "InvalidKeyError",
     "KeyExistsError",
@@ -39,6 +40,7 @@ __all__ = [
     "ResolverError",
     "ResolverTimeoutError",
     "SchemaError",
+    "ServerCallError",
     "SessionError",
     "SlateError",
     "SnapshotError",
@@ -174,8 +176,9 @@ class MissingExtraError(SlateError, ImportError):
     (``pip install 'slateflow[openai]'``)."""
 
 
-class ModelCallError(SlateError):
-    """A model server answered a call with an error status, or could not be reached.
+class ServerCallError(SlateError):
+    """A server answered a call with an error status, or could not be reached (the base of
+    :class:`ModelCallError` and :class:`HTTPCallError`).
 
     ``server`` is where it was sent, ``status`` the HTTP status (None: no answer), and
     ``retryable`` / ``retry_after`` what the server said of trying again (a 429 or 5xx is
@@ -197,6 +200,16 @@ class ModelCallError(SlateError):
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class ModelCallError(ServerCallError):
+    """A model server answered a call with an error status, or could not be reached."""
+
+
+class HTTPCallError(ServerCallError):
+    """An HTTP resolver's request failed: an error status, no answer, an answer too large or
+    not the shape its ``output`` asks for. The message names the resolver, the method and the
+    URL (secret values masked): ``HTTP 503 from availability (GET http://host/slots)``."""
 
 
 class LLMOutputError(SlateError, ValueError):

@@ -279,3 +279,19 @@ async def test_a_slow_first_token_is_waited_for_and_a_timeout_closes_the_stream(
             assert "slow:partial" not in session.state
     finally:
         server.first_token.set()
+
+
+async def test_inside_a_session_the_model_calls_through_the_sessions_one_pool(
+    server: ChatServer,
+) -> None:
+    llm = model(server)
+    ask = Resolver.llm("ask", llm, "Hi")
+    async with Session(State()) as session:
+        assert not session.http.started
+        assert await session.call(ask) == "Hello there!"
+        assert session.http.started  # the same httpx2 pool an HTTP resolver uses
+        streamed = Resolver.llm("streamed", llm, "Hi", stream=True)
+        assert await session.dispatch(streamed).wait() == "Hello there!"
+    assert not session.http.started  # closed with the session
+    # Outside a session the model uses a client of its own, still open.
+    assert (await llm.generate(LLMRequest(prompt="Hi"))).text == "Hello there!"

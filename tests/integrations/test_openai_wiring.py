@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slateflow.integrations import require
+from slateflow.extras import require
 
 pytest.importorskip("openai")
 

@@ -15,14 +15,14 @@ slateflow``.
 
 from __future__ import annotations
 
-import email.utils
-import math
 import os
-import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from ..errors import LLMStreamError, ModelCallError, UsageError
+from ..extras import require
+from ..resolve.http import HTTPPool, current_pool
 from ..resolve.llm import (
     LLMDelta,
     LLMRequest,
@@ -32,7 +32,7 @@ from ..resolve.llm import (
     ToolSpec,
     Usage,
 )
-from . import require
+from ..resolve.retry import server_retry
 
 __all__ = ["OpenAIModel", "strict_schema"]
 
@@ -43,14 +43,17 @@ class OpenAIModel:
     """Chat completions of ``model`` through ``openai.AsyncOpenAI`` (see the module docs).
 
     ``base_url`` points it at any OpenAI-compatible server; ``api_key`` defaults to
-    ``OPENAI_API_KEY`` (a server of your own may need none). ``client`` is an
-    ``AsyncOpenAI`` of yours (its retries are then yours too). ``timeout`` is seconds per call;
-    ``extra_body`` is sent with every request (server-specific fields), and a request's
-    ``options`` with it. ``strict``: hold the model to a response schema or tool schema
-    (``True``), never (``False``), or ``"auto"``: on api.openai.com, whose strict mode needs
-    every property required and no extra ones (:func:`strict_schema` makes a schema so);
-    elsewhere not, since many compatible servers refuse it. The answer is validated locally by
-    the resolver in every case.
+    ``OPENAI_API_KEY`` (a server of your own may need none). ``client`` is an ``AsyncOpenAI`` of
+    yours (its retries and connections are then yours too); without one, a call made by a
+    Session's run goes through the session's pooled HTTP client (``session.http``, shared with
+    its HTTP resolvers: openai 3 is built on ``httpx2``, as they are), and any other call
+    through a client of the model's own. ``timeout`` is seconds per call; ``extra_body`` is sent
+    with every request (server-specific fields), and a request's ``options`` with it.
+    ``strict``: hold the model to a response schema or tool schema (``True``), never
+    (``False``), or ``"auto"``: on api.openai.com, whose strict mode needs every property
+    required and no extra ones (:func:`strict_schema` makes a schema so); elsewhere not, since
+    many compatible servers refuse it. The answer is validated locally by the resolver in every
+    case.
 
     A model that made its own client holds its connection pool: close it with ``await
     model.aclose()``, or use it as ``async with OpenAIModel(...) as model:`` (a client you
@@ -90,6 +93,8 @@ class OpenAIModel:
             raise UsageError(f"OpenAIModel: strict must be 'auto', True or False, got {strict!r}")
         self.strict = ("api.openai.com" in self.server) if strict == "auto" else bool(strict)
         self._sdk = sdk
+        # The session pool's twin of an own client, per pool (one pool for the whole session).
+        self._shared: weakref.WeakKeyDictionary[HTTPPool, Any] = weakref.WeakKeyDictionary()
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ class OpenAIModel:
         """One completion of ``request``."""
         params = self.params(request)
         try:
-            completion = await self.client.chat.completions.create(**params)
+            completion = await self._client().chat.completions.create(**params)
         except self._sdk.APIError as exc:
             raise self._failure(exc, params["model"]) from exc
         if not completion.choices:
@@ -128,7 +133,7 @@ class OpenAIModel:
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
         try:
-            stream = await self.client.chat.completions.create(**params)
+            stream = await self._client().chat.completions.create(**params)
         except self._sdk.APIError as exc:
             raise self._failure(exc, params["model"]) from exc
         text: list[str] = []
@@ -175,6 +180,18 @@ class OpenAIModel:
             usage=usage,
             finish_reason=finish,
         )
+
+    def _client(self) -> Any:
+        """The client for a call now: inside a Session's run, its pool's twin of ours."""
+        if not self._owns:
+            return self.client
+        pool = current_pool()
+        if pool is None:
+            return self.client
+        client = self._shared.get(pool)
+        if client is None:
+            client = self._shared[pool] = self.client.with_options(http_client=pool.client())
+        return client
 
     # -- the wire format -----------------------------------------------------------------------
 
@@ -229,11 +246,7 @@ class OpenAIModel:
         sdk = self._sdk
         if isinstance(exc, sdk.APIStatusError):
             status = int(exc.status_code)
-            headers = exc.response.headers
-            retryable = status in (408, 409, 429) or status >= 500
-            said = headers.get("x-should-retry")
-            if said in ("true", "false"):
-                retryable = said == "true"
+            retryable, retry_after = server_retry(status, exc.response.headers)
             detail = _detail(exc)
             return ModelCallError(
                 f"{self.server} answered HTTP {status} for model {model!r}"
@@ -241,7 +254,7 @@ class OpenAIModel:
                 server=self.server,
                 status=status,
                 retryable=retryable,
-                retry_after=_retry_after(headers),
+                retry_after=retry_after,
             )
         kind = "timed out" if isinstance(exc, sdk.APITimeoutError) else "could not be reached"
         if not isinstance(exc, sdk.APIConnectionError):
@@ -332,25 +345,3 @@ def _detail(exc: Any) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])[:300]
     return str(getattr(exc, "message", "") or "")[:300]
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds the server asked to wait: ``retry-after-ms``, or ``retry-after`` as seconds or
-    an HTTP date."""
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            if header == "retry-after-ms":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                continue
-            seconds = when.timestamp() - time.time()
-        if math.isfinite(seconds):
-            return max(0.0, seconds)
-    return None

@@ -96,4 +96,3 @@ class MeteredLLM:
 
     def __repr__(self) -> str:
         return f"MeteredLLM({self.llm!r})"
-

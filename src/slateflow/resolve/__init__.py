@@ -18,6 +18,7 @@ from .background import (
 )
 from .clock import Clock, ManualClock, SystemClock, settle
 from .freshness import fresh_for, is_fresh
+from .http import HTTPPool, current_pool
 from .llm import (
     LLM,
     LLMDelta,
@@ -30,8 +31,15 @@ from .llm import (
     Usage,
     estimate_usage,
 )
-from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent
-from .retry import Retry
+from .resolver import (
+    CONFLICT_POLICIES,
+    HTTP_RETRY,
+    OnConflict,
+    Resolver,
+    ResolverOptions,
+    TextAgent,
+)
+from .retry import NO_RETRY, Retry
 from .run import Mode, Run, RunStatus
 from .runtime import Runtime
 from .session import Session
@@ -40,11 +48,14 @@ from .watchers import Watcher
 
 __all__ = [
     "CONFLICT_POLICIES",
+    "HTTP_RETRY",
     "LLM",
+    "NO_RETRY",
     "AckFormatter",
     "BackgroundResult",
     "Clock",
     "Deliver",
+    "HTTPPool",
     "LLMDelta",
     "LLMRequest",
     "LLMResponse",
@@ -70,6 +81,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "Watcher",
+    "current_pool",
     "default_ack",
     "default_result",
     "estimate_usage",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 import anyio.to_thread
@@ -16,15 +16,27 @@ from ..state import Actor, Key, State, error_key, result_key, status_key
 from ..state.keys import META_PREFIX, check_key, compile_pattern
 from ..state.provenance import Stamp
 from .clock import SYSTEM_CLOCK, Clock
+from .http import DEFAULT_MAX_BYTES, Decode, HTTPCall
 from .llm import LLM, LLMRequest, ToolSpec
 from .llm_call import LLMCall, Messages, Partial, tool_specs
 from .retry import Retry
 from .template import Template
 
-__all__ = ["CONFLICT_POLICIES", "OnConflict", "Resolver", "ResolverOptions", "TextAgent"]
+__all__ = [
+    "CONFLICT_POLICIES",
+    "HTTP_RETRY",
+    "OnConflict",
+    "Resolver",
+    "ResolverOptions",
+    "TextAgent",
+]
 
 OnConflict = Literal["latest", "queue", "reject", "parallel"]
 CONFLICT_POLICIES: tuple[OnConflict, ...] = ("latest", "queue", "reject", "parallel")
+
+HTTP_RETRY = Retry(attempts=3, backoff=0.25, max_backoff=10.0)
+"""An HTTP resolver's retries unless it is given its own: 3 attempts, 0.25 s then 0.5 s
+apart, or what the server's ``Retry-After`` asks (up to 10 s)."""
 
 # A run's value with the extra provenance fields its source reported (model and usage for an LLM).
 Produced = tuple[Any, dict[str, Any] | None]
@@ -354,6 +366,69 @@ class Resolver:
             )
 
         return cls(name, "fetch", fn, **options)
+
+    @classmethod
+    def http(
+        cls,
+        name: str,
+        method: str,
+        url: str | Template,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, Any] | None = None,
+        json: Any = None,
+        output: Any = None,
+        decode: Decode = "auto",
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        client: Any = None,
+        **options: Unpack[ResolverOptions],
+    ) -> Resolver:
+        """Resolve by one HTTP request whose URL, query, headers and body are filled from the
+        State (``pip install 'slateflow[http]'``).
+
+        ``url``, each ``params`` / ``headers`` value and each string in ``json`` is a
+        :class:`Template` (``"{patient:id}"``); a value put into the URL is percent-encoded,
+        except one that starts it (a base URL from a key). In ``json``, a string that is one
+        placeholder alone puts the value in as it is (``{"party": "{booking:party}"}`` sends
+        a number); ``json`` may also be a function of the State. Secret keys go into the
+        request, and nowhere else: the URL in errors and provenance shows them as ``***``, and
+        a server echoing one back has it masked.
+
+        The request goes through the Session's pooled client (``session.http``; outside a
+        Session, a client made for the call, or ``client``: an ``httpx2.AsyncClient`` of
+        yours). The answer is read up to ``max_bytes`` (more fails the run, nothing kept),
+        decoded as JSON when the server says so (``decode="json"`` / ``"text"`` to choose)
+        and, with ``output`` (a pydantic model or any type pydantic validates, such as
+        ``list[Slot]``), validated: the result is its JSON data. A non-2xx answer fails the run
+        with :class:`~slateflow.errors.HTTPCallError`: ``HTTP 503 from availability (GET
+        http://host/slots)``. By default it retries 3 times (connection failures, 408, 429,
+        5xx; a request that may have reached the server only when its method is idempotent),
+        waiting at least what ``Retry-After`` asks; pass ``retry=`` to choose. ``timeout``
+        bounds each attempt. The result's provenance records the method, the URL (masked),
+        the status, the latency and the size. ``reads`` defaults to the keys the request is
+        filled from. Source ``"fetch"``.
+        """
+        call = HTTPCall(
+            name,
+            method,
+            url,
+            params=params,
+            headers=headers,
+            json=json,
+            output=output,
+            decode=decode,
+            max_bytes=max_bytes,
+            timeout=options.get("timeout"),
+            client=client,
+        )
+        options.setdefault("retry", HTTP_RETRY)
+        options.setdefault("reads", call.reads)
+
+        async def source(state: State) -> WithMeta:
+            value, meta = await call(state)
+            return WithMeta(value, meta)
+
+        return cls(name, "fetch", source, **options)
 
     @classmethod
     def llm(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import email.utils
 import math
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ResolverDefinitionError, SlateError
 
-__all__ = ["Retry", "RetryOn", "retry_hint"]
+__all__ = ["Retry", "RetryOn", "retry_hint", "server_retry"]
 
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -24,6 +26,38 @@ def retry_hint(exc: BaseException) -> tuple[bool | None, float | None]:
     if isinstance(after, int | float) and not isinstance(after, bool):
         wait = float(after) if math.isfinite(after) and after >= 0 else None
     return (retryable if isinstance(retryable, bool) else None, wait)
+
+
+def server_retry(status: int, headers: Mapping[str, str]) -> tuple[bool, float | None]:
+    """What an HTTP error answer says of trying again: whether to (408, 409, 429 and 5xx yes,
+    other statuses no, unless the server's ``x-should-retry: true|false`` says otherwise) and
+    how long to wait first (``retry-after-ms``, or ``retry-after`` in seconds or as an HTTP
+    date; None when it did not say)."""
+    retryable = status in (408, 409, 429) or status >= 500
+    said = headers.get("x-should-retry")
+    if said in ("true", "false"):
+        retryable = said == "true"
+    return retryable, _retry_after(headers)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            if header == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                continue
+            seconds = when.timestamp() - time.time()
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
+    return None
 
 
 def _default_retry_on(exc: BaseException) -> bool:

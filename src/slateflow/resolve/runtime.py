@@ -1,4 +1,4 @@
-"""A session's runtime: its task group, event loop, thread and open flag.
+"""A session's runtime: its task group, event loop, thread, open flag and HTTP pool.
 
 :class:`Runtime` is what the parts of a :class:`~slateflow.Session` and the layers built on it
 use to reach the session's event loop: run a callback on it from any thread (:meth:`soon`),
@@ -22,6 +22,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from ..errors import SessionError
+from .http import HTTPPool
 
 if TYPE_CHECKING:
     from ..state import State
@@ -40,10 +41,13 @@ class Runtime:
     starts closing.
     """
 
-    __slots__ = ("_closing", "_open", "_state", "_token", "accepting", "tg", "thread")
+    __slots__ = ("_closing", "_open", "_state", "_token", "accepting", "http", "tg", "thread")
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, http: HTTPPool | None = None) -> None:
         self._state = state
+        self.http = http if http is not None else HTTPPool()
+        """The session's pooled HTTP client (HTTP resolvers and OpenAI models run by the
+        session share it); closed with the session."""
         self.tg: TaskGroup | None = None
         self._token: anyio.lowlevel.EventLoopToken | None = None
         self.thread = 0

@@ -24,6 +24,7 @@ from ..state import State
 from ..state.chains import fresh_chain
 from .background import BackgroundResult, Deliver, ResultFormatter, Scheduling, dress
 from .clock import Clock, wait_on
+from .http import hosting
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
 from .run import Mode, Run
@@ -169,6 +170,8 @@ class Scheduler:
         # A run is new work, not a reaction to the write that dispatched it: its writes start
         # a delivery chain of their own.
         fresh_chain()
+        # The runs of a session fetch through its HTTP pool (a task of their own: no reset).
+        hosting(self.runtime.http)
         context = self.state.engine.context
         # A task copies the context of whoever dispatched it, maybe another resolver's fenced
         # source; this run's callbacks (deliver, subscribers) must not write as that resolver.

@@ -31,6 +31,7 @@ from .background import (
     default_result,
 )
 from .clock import SYSTEM_CLOCK, Clock, ClockTime
+from .http import HTTPPool, hosting, unhost
 from .recovery import Recovery
 from .resolver import OnConflict, Resolver
 from .run import Run
@@ -57,7 +58,9 @@ class Session:
     exception never escapes the session: it becomes the run's error. A source that ignores
     cancellation is reported (logged) after ``cancel_grace`` seconds while the session waits for
     it, so no task outlives the block. ``ack_formatter`` and ``result_formatter`` shape what
-    background mode tells the model.
+    background mode tells the model. ``http`` is the session's pooled HTTP client (an
+    :class:`~slateflow.resolve.HTTPPool`, ``session.http``), which its HTTP resolvers and
+    OpenAI models share; it is closed with the session.
 
     Open it with ``async with``, or with ``await session.start()`` and ``await
     session.aclose()`` from different tasks (a framework's start and end callbacks). Call its
@@ -75,6 +78,7 @@ class Session:
         cancel_grace: float = 5.0,
         ack_formatter: AckFormatter = default_ack,
         result_formatter: ResultFormatter = default_result,
+        http: HTTPPool | None = None,
     ) -> None:
         if not isinstance(state, State):
             raise TypeError(f"Session needs a State, got {type(state).__name__}")
@@ -91,7 +95,9 @@ class Session:
         self.on_exit = on_exit
         self.ack_formatter = ack_formatter
         self.result_formatter = result_formatter
-        self.runtime = Runtime(state)
+        if http is not None and not isinstance(http, HTTPPool):
+            raise TypeError(f"http must be an HTTPPool, got {type(http).__name__}")
+        self.runtime = Runtime(state, http)
         """The session's task group and event loop, for the layers built on it (see
         :class:`~slateflow.resolve.runtime.Runtime`)."""
         self._scheduler = Scheduler(
@@ -163,6 +169,9 @@ class Session:
                 raise
             finally:
                 self.runtime.ended()
+                if self.runtime.http.started:
+                    with anyio.CancelScope(shield=True):
+                        await self.runtime.http.aclose()
         return result
 
     async def start(self) -> Session:
@@ -274,7 +283,11 @@ class Session:
         """Run ``resolver`` in the calling task (call mode) on the session's clock: its value,
         or :class:`~slateflow.errors.ResolverError`."""
         self.runtime.check()
-        return await Run(resolver, "call", self.state, self.clock).call()
+        token = hosting(self.runtime.http)
+        try:
+            return await Run(resolver, "call", self.state, self.clock).call()
+        finally:
+            unhost(token)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -294,6 +307,11 @@ class Session:
         A superseded run still winding down does not count (it will write nothing).
         """
         return self._scheduler.is_running(name)
+
+    @property
+    def http(self) -> HTTPPool:
+        """The session's pooled HTTP client (see :class:`~slateflow.resolve.HTTPPool`)."""
+        return self.runtime.http
 
     @property
     def active_count(self) -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +181,56 @@ class Template:
         except ValueError as exc:  # an int beyond Python's int-to-str digit limit
             raise TemplateError(_unrenderable_message(piece, owner, exc)) from None
         return "".join(out)
+
+    def fill(
+        self,
+        state: State,
+        *,
+        owner: str | None = None,
+        quote: Callable[[str], str] | None = None,
+    ) -> tuple[str, str, tuple[str, ...]]:
+        """The text filled from ``state`` for a request that must carry secrets (an HTTP
+        call's URL, headers or body), unlike :meth:`render`, which refuses them.
+
+        Returns the filled text, the text to show people (each secret key's value as ``***``)
+        and the secret strings put in (to mask them wherever a server echoes them). ``quote``
+        encodes each value put in (a URL's path segments), except a value that starts the text
+        (a base URL from a key). Missing keys fail as in :meth:`render`.
+        """
+        static = self._static
+        if static is not None:
+            return static, static, ()
+        is_secret = state.is_secret
+        get = state.get
+        real: list[str] = []
+        shown: list[str] = []
+        secrets: list[str] = []
+        for index, piece in enumerate(self._pieces):
+            if isinstance(piece, str):
+                real.append(piece)
+                shown.append(piece)
+                continue
+            found = get(piece.key, _MISSING)
+            value = walk_path(found, piece.steps) if piece.steps else found
+            if value is _MISSING:
+                if not piece.optional:
+                    raise TemplateError(_missing_message(piece, found, state, owner))
+                text = piece.default
+            else:
+                try:
+                    text = spell(value)
+                except ValueError as exc:
+                    raise TemplateError(_unrenderable_message(piece, owner, exc)) from None
+            if quote is not None and index > 0:
+                text = quote(text)
+            real.append(text)
+            if is_secret(piece.key) and value is not _MISSING:
+                shown.append("***")
+                if text:
+                    secrets.append(text)
+            else:
+                shown.append(text)
+        return "".join(real), "".join(shown), tuple(secrets)
 
     def __repr__(self) -> str:
         text = self._text

@@ -25,12 +25,7 @@ class CutOff:
 
 
 Reply: TypeAlias = (
-    str
-    | LLMResponse
-    | CutOff
-    | BaseException
-    | type[BaseException]
-    | Callable[[LLMRequest], Any]
+    str | LLMResponse | CutOff | BaseException | type[BaseException] | Callable[[LLMRequest], Any]
 )
 """One scripted answer: text, a full response, a :class:`CutOff`, an exception to raise, or a
 callable over the request (sync or async) returning text or a response."""
