@@ -51,6 +51,7 @@ __all__ = [
     "SupervisionError",
     "TemplateError",
     "ToolCallError",
+    "ToolDefinitionError",
     "TransactionError",
     "UsageError",
     "VersionConflictError",
@@ -264,6 +265,12 @@ class FlowFormatError(SlateError, ValueError):
     The message names the path of the bad node (``flow.steps[2].done.of[0].key``) and what was
     expected; a flow holding a custom guard refuses to serialise.
     """
+
+
+class ToolDefinitionError(SlateError, ValueError):
+    """A tool was defined with a function whose signature or docstring cannot make its schema
+    (a ``*args`` parameter, a type pydantic cannot describe, no description), or a toolbox was
+    given two tools of one name."""
 
 
 class ToolCallError(SlateError):

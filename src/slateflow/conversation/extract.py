@@ -157,10 +157,16 @@ class TurnExtractor:
         raise NotImplementedError
 
     def promote(
-        self, state: State, found: dict[str, tuple[Any, float]], *, writer: str | None = None
+        self,
+        state: State,
+        found: dict[str, tuple[Any, float]],
+        *,
+        writer: str | None = None,
+        source: str = "extraction",
     ) -> ExtractionResult:
         """Ask each field's rule about its found ``(value, confidence)``, run the cross-field
-        checks, and write the accepted values in one batch; the result is kept in ``history``."""
+        checks, and write the accepted values in one batch (provenance ``source``); the result
+        is kept in ``history``."""
         by_name = {f.name: f for f in self.fields}
         values = {f.name: state.get(f.key) for f in self.fields}
         decisions: list[Decision] = []
@@ -197,7 +203,7 @@ class TurnExtractor:
                     state.set(
                         f.key,
                         value,
-                        source="extraction",
+                        source=source,
                         writer=writer or self.name,
                         confidence=confidence,
                     )
