@@ -9,6 +9,7 @@ SSE streaming), for the integration tests: what it answers is chosen by the requ
 - ``e429`` / ``e503ms`` / ``e400`` / ``e401`` / ``e404``: that status (429 with
   ``Retry-After: 2``, 503 with ``retry-after-ms: 250``), an OpenAI error body;
 - ``flaky``: 503 the first time, then ``hello``;
+- ``agent``: a scripted restaurant agent (see ``_agent``), for the agent-loop example;
 - ``slow``: the first streamed piece only once the test sets ``first_token`` (a
   ``threading.Event``; the server gives up waiting after ``SAFETY`` seconds).
 
@@ -21,6 +22,7 @@ Every request body is kept in ``requests``.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -106,7 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
                 headers = {"retry-after-ms": "250"}
             self._error(status, headers)
             return
-        if body.get("stream"):
+        if model == "agent":
+            self._message(model, _agent(body))
+        elif body.get("stream"):
             self._stream(model, body)
         else:
             self._json(model)
@@ -115,12 +119,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, model: str) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": "Hello there!"}
-        finish = "stop"
         if model == "tools":
             message = {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}
-            finish = "tool_calls"
         elif model == "json":
             message = {"role": "assistant", "content": '{"day": "friday", "party": 4}'}
+        self._message(model, message)
+
+    def _message(self, model: str, message: dict[str, Any]) -> None:
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
         payload: dict[str, Any] = {
             "id": "chatcmpl-1",
             "object": "chat.completion",
@@ -197,6 +203,60 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def _agent(body: dict[str, Any]) -> dict[str, Any]:
+    """A scripted restaurant agent: reads the caller's last line (or the last tool result) and
+    the instructions, and calls only the tools it was offered, as a model does."""
+    messages = body.get("messages", [])
+    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+    offered = {t["function"]["name"] for t in body.get("tools") or []}
+    last = messages[-1] if messages else {}
+
+    def say(text: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": text}
+
+    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if name not in offered:
+            return say(f"(I may not call {name} now.)")
+        n = sum(len(m.get("tool_calls") or []) for m in messages)
+        fn = {"name": name, "arguments": json.dumps(arguments)}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"call_{n}", "type": "function", "function": fn}],
+        }
+
+    if last.get("role") == "tool":
+        called = {
+            c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []
+        }
+        name = called.get(last.get("tool_call_id"), "")
+        if name == "note_booking":
+            return say("Let me check which times are free that day.")
+        if name == "choose_time":
+            booking = re.search(r"Booking: ([^\n]*)", system)
+            return say(f"To confirm: {booking.group(1) if booking else '?'} Is that right?")
+        if name == "confirm":
+            return call("book", {})
+        if name == "book":
+            return say("You're booked. Goodbye!")
+        return say("Done.")
+    text = str(last.get("content") or "")
+    wanted = re.search(r"table for (\d+).*?(\d{4}-\d{2}-\d{2})", text)
+    if wanted:
+        return call("note_booking", {"party": int(wanted.group(1)), "day": wanted.group(2)})
+    if "what times" in text.lower():
+        free = re.search(r"Free times: \[([^\]]*)\]", system)
+        if free is None:
+            return say("I'm still checking.")
+        return say("We have " + ", ".join(json.loads(f"[{free.group(1)}]")) + ".")
+    picked = re.search(r"\b(\d\d:\d\d)\b", text)
+    if picked:
+        return call("choose_time", {"time": picked.group(1)})
+    if text.lower().startswith("yes"):
+        return call("confirm", {"yes": True})
+    return say("Sorry, could you say that again?")
 
 
 def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[str]:
