@@ -31,6 +31,8 @@ DOC_PAGES = [
     "docs/testing.md",
     "docs/conversation.md",
     "docs/openai.md",
+    "docs/http.md",
+    "docs/tools.md",
     "docs/orchestration.md",
     "docs/durability.md",
     "docs/security.md",

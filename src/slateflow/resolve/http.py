@@ -346,8 +346,12 @@ class HTTPCall:
         try:
             async with client.stream(self.method, request.url, **options) as response:
                 declared = response.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-                    raise self._too_large(where, server, int(declared))
+                if declared is not None and declared.isdigit():
+                    if int(declared) > self.max_bytes:
+                        raise self._too_large(where, server, int(declared))
+                    # Within the cap by the server's word (a longer body is a protocol error
+                    # the client raises): read it whole, the fast path.
+                    return response.status_code, response.headers, await response.aread()
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.aiter_bytes():
