@@ -4,3 +4,5 @@ never imports them; a missing library raises :class:`~slateflow.errors.MissingEx
 naming the extra to install (:func:`slateflow.extras.require`)."""
 
 from __future__ import annotations
+
+__all__: list[str] = []

@@ -31,15 +31,8 @@ from .llm import (
     Usage,
     estimate_usage,
 )
-from .resolver import (
-    CONFLICT_POLICIES,
-    HTTP_RETRY,
-    OnConflict,
-    Resolver,
-    ResolverOptions,
-    TextAgent,
-)
-from .retry import NO_RETRY, Retry
+from .resolver import CONFLICT_POLICIES, OnConflict, Resolver, ResolverOptions, TextAgent
+from .retry import HTTP_RETRY, NO_RETRY, Retry
 from .run import Mode, Run, RunStatus
 from .runtime import Runtime
 from .session import Session

@@ -19,12 +19,11 @@ from .clock import SYSTEM_CLOCK, Clock
 from .http import DEFAULT_MAX_BYTES, Decode, HTTPCall
 from .llm import LLM, LLMRequest, ToolSpec
 from .llm_call import LLMCall, Messages, Partial, tool_specs
-from .retry import Retry
+from .retry import HTTP_RETRY, Retry
 from .template import Template
 
 __all__ = [
     "CONFLICT_POLICIES",
-    "HTTP_RETRY",
     "OnConflict",
     "Resolver",
     "ResolverOptions",
@@ -33,10 +32,6 @@ __all__ = [
 
 OnConflict = Literal["latest", "queue", "reject", "parallel"]
 CONFLICT_POLICIES: tuple[OnConflict, ...] = ("latest", "queue", "reject", "parallel")
-
-HTTP_RETRY = Retry(attempts=3, backoff=0.25, max_backoff=10.0)
-"""An HTTP resolver's retries unless it is given its own: 3 attempts, 0.25 s then 0.5 s
-apart, or what the server's ``Retry-After`` asks (up to 10 s)."""
 
 # A run's value with the extra provenance fields its source reported (model and usage for an LLM).
 Produced = tuple[Any, dict[str, Any] | None]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import ResolverDefinitionError, SlateError
 
-__all__ = ["Retry", "RetryOn", "retry_hint", "server_retry"]
+__all__ = ["HTTP_RETRY", "NO_RETRY", "Retry", "RetryOn", "retry_hint", "server_retry"]
 
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
@@ -156,3 +156,8 @@ class Retry:
 
 
 NO_RETRY = Retry(attempts=1)
+"""One attempt, no retries (``retry=NO_RETRY`` turns off a resolver's default retries)."""
+
+HTTP_RETRY = Retry(attempts=3, backoff=0.25, max_backoff=10.0)
+"""An HTTP resolver's retries unless it is given its own: 3 attempts, 0.25 s then 0.5 s
+apart, or what the server's ``Retry-After`` asks (up to 10 s)."""
