@@ -64,19 +64,20 @@ def _limits() -> httpx2.Limits:
 async def one_at_a_time(rounds: int, url: str) -> dict[str, float]:
     times: dict[str, list[float]] = {"raw": [], "slate": []}
     slots = Resolver.http("slots", "GET", url + "/slots", params={"date": "{day}"})
-    async with httpx2.AsyncClient(limits=_limits()) as client:
-        async with Session(State(), http=HTTPPool(max_connections=CONNECTIONS)) as session:
-            session.state.set("day", "2026-12-01")
-            for i in range(rounds + 20):  # the first 20 warm the connections up
-                order = ("raw", "slate") if i % 2 else ("slate", "raw")
-                for which in order:
-                    start = time.perf_counter()
-                    if which == "raw":
-                        (await client.get(url + "/slots", params={"date": "2026-12-01"})).json()
-                    else:
-                        await session.call(slots)
-                    if i >= 20:
-                        times[which].append(time.perf_counter() - start)
+    client = httpx2.AsyncClient(limits=_limits())
+    session = Session(State(), http=HTTPPool(max_connections=CONNECTIONS))
+    async with client, session:
+        session.state.set("day", "2026-12-01")
+        for i in range(rounds + 20):  # the first 20 warm the connections up
+            order = ("raw", "slate") if i % 2 else ("slate", "raw")
+            for which in order:
+                start = time.perf_counter()
+                if which == "raw":
+                    (await client.get(url + "/slots", params={"date": "2026-12-01"})).json()
+                else:
+                    await session.call(slots)
+                if i >= 20:
+                    times[which].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -85,25 +86,26 @@ async def concurrent(n: int, url: str) -> dict[str, float]:
         "slots", "GET", url + "/slots", params={"date": "{day}"}, on_conflict="parallel"
     )
     got: dict[str, list[float]] = {"raw": [], "slate": []}
-    async with httpx2.AsyncClient(limits=_limits()) as client:
-        async with Session(State(), http=HTTPPool(max_connections=CONNECTIONS)) as session:
-            session.state.set("day", "2026-12-01")
+    client = httpx2.AsyncClient(limits=_limits())
+    session = Session(State(), http=HTTPPool(max_connections=CONNECTIONS))
+    async with client, session:
+        session.state.set("day", "2026-12-01")
 
-            async def raw_one() -> None:
-                (await client.get(url + "/slots", params={"date": "2026-12-01"})).json()
+        async def raw_one() -> None:
+            (await client.get(url + "/slots", params={"date": "2026-12-01"})).json()
 
-            for i in range(4):  # paired: raw then slateflow, then the other way round
-                for which in ("raw", "slate") if i % 2 == 0 else ("slate", "raw"):
-                    start = time.perf_counter()
-                    if which == "raw":
-                        async with anyio.create_task_group() as tg:
-                            for _ in range(n):
-                                tg.start_soon(raw_one)
-                    else:
-                        runs = [session.dispatch(slots) for _ in range(n)]
-                        for run in runs:
-                            await run.wait()
-                    got[which].append(n / (time.perf_counter() - start))
+        for i in range(4):  # paired: raw then slateflow, then the other way round
+            for which in ("raw", "slate") if i % 2 == 0 else ("slate", "raw"):
+                start = time.perf_counter()
+                if which == "raw":
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(n):
+                            tg.start_soon(raw_one)
+                else:
+                    runs = [session.dispatch(slots) for _ in range(n)]
+                    for run in runs:
+                        await run.wait()
+                got[which].append(n / (time.perf_counter() - start))
     return {k: statistics.median(v[1:]) for k, v in got.items()}  # the first pair warms up
 
 
