@@ -23,49 +23,28 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager
 from typing import Any
 
+from loopback import LoopbackHandler, LoopbackServer, serving
 
-class ChatServer(ThreadingHTTPServer):
-    daemon_threads = True
 
+class ChatServer(LoopbackServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.requests: list[dict[str, Any]] = []
         self.calls: dict[str, int] = {}
         self.first_token = threading.Event()
         self.first_token.set()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up mid-answer (a timeout, a cancelled stream) is expected here;
-        # printing its traceback from this thread would race the test thread's use of ast
-        # (CPython 3.11 shares its recursion counter between threads).
-        return None
-
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self.base}/v1"
 
 
-@contextmanager
-def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer()
-    # A short poll: shutdown() waits up to one interval.
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def chat_server() -> AbstractContextManager[ChatServer]:
+    return serving(ChatServer())
 
 
 SAFETY = 10.0
@@ -74,18 +53,8 @@ SAFETY = 10.0
 ERRORS = {"e429": 429, "e503ms": 503, "e400": 400, "e401": 401, "e404": 404}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     server: ChatServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        return None
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body are separate writes: without this the client's delayed ACK adds
-        # 40 ms to every answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))

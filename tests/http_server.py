@@ -21,29 +21,22 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from loopback import LoopbackHandler, LoopbackServer, serving
 
-class AvailabilityServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
 
+class AvailabilityServer(LoopbackServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.calls: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return None  # a client that hung up (a cap, a cancelled run) is expected
-
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.base
 
     def count(self, path: str) -> int:
         with self.lock:
@@ -51,30 +44,12 @@ class AvailabilityServer(ThreadingHTTPServer):
             return self.calls[path]
 
 
-@contextmanager
-def availability_server() -> Iterator[AvailabilityServer]:
-    server = AvailabilityServer()
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def availability_server() -> AbstractContextManager[AvailabilityServer]:
+    return serving(AvailabilityServer())
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     server: AvailabilityServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        return None
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_GET(self) -> None:
         self._route()

@@ -39,8 +39,14 @@ _DETAIL = 300
 _pool: ContextVar[HTTPPool | None] = ContextVar("slateflow_http_pool", default=None)
 
 
+_lib: Any = None
+
+
 def _httpx(what: str) -> Any:
-    return require("httpx2", "http", what)
+    global _lib
+    if _lib is None:  # imported once, at the first request, never by import slateflow
+        _lib = require("httpx2", "http", what)
+    return _lib
 
 
 class HTTPPool:
@@ -217,7 +223,7 @@ class HTTPCall:
         self.method = method.upper()
         self._url = _template(name, "url", url)
         self._params = {
-            str(k): (v if v is None else _template(name, f"params.{k}", spell_param(v)))
+            str(k): (v if v is None else _template(name, f"params.{k}", _param_text(v)))
             for k, v in (params or {}).items()
         }
         self._headers = {
@@ -302,14 +308,14 @@ class HTTPCall:
                 # Run outside a Session (resolver.resolve(state)): a client for this call only.
                 own = client = httpx.AsyncClient()
         where = f"{self.name} ({self.method} {request.shown})"
+        server = _server(request.shown)
         begin = time.perf_counter()
         try:
-            status, headers, body = await self._send(httpx, client, request, where)
+            status, headers, body = await self._send(httpx, client, request, where, server)
         finally:
             if own is not None:
                 await own.aclose()
         latency = time.perf_counter() - begin
-        server = _server(request.shown)
         if not 200 <= status < 300:
             retryable, after = server_retry(status, headers)
             detail = request.mask(_detail(body))
@@ -331,7 +337,7 @@ class HTTPCall:
         return value, meta
 
     async def _send(
-        self, httpx: Any, client: Any, request: _Filled, where: str
+        self, httpx: Any, client: Any, request: _Filled, where: str, server: str
     ) -> tuple[int, Any, bytes]:
         options: dict[str, Any] = {}
         if request.params:
@@ -342,7 +348,6 @@ class HTTPCall:
             options["json"] = request.json
         if self.timeout is not None:
             options["timeout"] = self.timeout
-        server = _server(request.shown)
         try:
             async with client.stream(self.method, request.url, **options) as response:
                 declared = response.headers.get("content-length")
@@ -427,7 +432,7 @@ class HTTPCall:
             ) from None
 
 
-def spell_param(value: Any) -> Any:
+def _param_text(value: Any) -> Any:
     """A query value as template text (numbers and booleans as JSON spells them)."""
     if isinstance(value, str | Template):
         return value
