@@ -147,7 +147,8 @@ ADJACENT: list[tuple[str, int]] = [
     ("twenty twenty six", 20),
     ("twelve thirteen", 12),
     ("ninety ten", 90),  # a teen after a tens word
-    ("nineteen ninety", 19),  # a tens word after a teen
+    ("fifteen ninety", 15),  # a tens word after a teen (not a year: no such century said)
+    ("nineteen thirty", 19),  # may as well be a time (19:30): not read as a year
     ("twenty one twenty two", 21),
     ("one hundred five", 105),  # after a scale, a number goes on
     ("two thousand and twenty six", 2026),
@@ -160,6 +161,24 @@ ADJACENT: list[tuple[str, int]] = [
     ("one million thousand", 1_000_000),
     ("zero hundred", 0),
 ]
+
+
+SPOKEN_YEARS = [
+    ("nineteen ninety", 1990),
+    ("nineteen eighty-five", 1985),
+    ("nineteen eighty five", 1985),
+    ("nineteen oh five", 1905),
+    ("twenty oh three", 2003),
+    ("eighteen sixty", 1860),
+    ("born in nineteen seventy-six", 1976),
+]
+
+
+@pytest.mark.parametrize(("text", "year"), SPOKEN_YEARS, ids=ids(SPOKEN_YEARS))
+def test_a_year_said_as_two_numbers_is_one_number_below_0_9(text: str, year: int) -> None:
+    found = integer().recognize(text)
+    assert found is not None and found.value == year
+    assert found.confidence < 0.9  # "nineteen ninety" could still be two numbers
 
 
 @pytest.mark.parametrize(("text", "first"), ADJACENT, ids=ids(ADJACENT))

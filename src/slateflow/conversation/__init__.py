@@ -27,6 +27,8 @@ from .protocols import Governor, TurnHook
 from .recognizers import (
     Recognition,
     Recognizer,
+    choice,
+    date_of_birth,
     datetime,
     fuzzy,
     integer,
@@ -86,6 +88,8 @@ __all__ = [
     "TurnContext",
     "TurnExtractor",
     "TurnHook",
+    "choice",
+    "date_of_birth",
     "datetime",
     "end_turn",
     "fuzzy",

@@ -424,21 +424,26 @@ class Extractor(TurnExtractor):
         """Add ``text`` as the newest turn, recognise every field over the window, and write
         the values the rules accept, in one batch."""
         self.turns.append(text)
-        return self.promote(state, self.recognize(" ".join(self.turns)))
+        return self.promote(state, self.recognize(" ".join(self.turns), state))
 
-    def recognize(self, heard: str) -> dict[str, tuple[Any, float]]:
-        """``(value, confidence)`` of each field the recognizers find in ``heard``."""
+    def recognize(self, heard: str, state: State | None = None) -> dict[str, tuple[Any, float]]:
+        """``(value, confidence)`` of each field the recognizers find in ``heard`` (with the
+        ``state`` for recognizers that read it, such as ``choice("slots:result")``)."""
         found: dict[str, tuple[Any, float]] = {}
         for f in self.fields:
             if f.recognizer is None:
                 continue
-            recognition = f.recognizer.recognize(heard)
+            recognition = (
+                f.recognizer.recognize(heard)
+                if state is None
+                else f.recognizer.recognize_in(heard, state)
+            )
             if recognition is not None:
                 found[f.name] = (recognition.value, recognition.confidence)
         return found
 
     async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
-        return self.promote(state, self.recognize(" ".join(turns)))
+        return self.promote(state, self.recognize(" ".join(turns), state))
 
     def __repr__(self) -> str:
         return f"<Extractor {self.name!r}: {', '.join(f.name for f in self.fields)}>"

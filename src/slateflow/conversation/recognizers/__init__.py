@@ -6,10 +6,13 @@ or words ("four", "twenty one"), party sizes ("a table for four", "just me"), mo
 "twelve dollars fifty"), yes/no with idioms, hedges and negation ("no problem" is yes, "yes...
 no, sorry" is no, "hold on" is neither), dates and times relative to a clock ("half past seven
 tomorrow", "next Friday at 8", "the 3rd"), with fillers and self-corrections ("uh, seven, no,
-eight").
+eight") and clauses ruled out ("not Monday, Tuesday"); dates of birth ("March 3rd, nineteen
+eighty-five"); and a pick from the options offered ("the second one", "the 3:15", "neither").
 """
 
 from .base import Recognition, Recognizer
+from .birth import date_of_birth
+from .choice import choice
 from .dates import datetime
 from .money import money
 from .numbers import integer, integer_near, party_size
@@ -19,6 +22,8 @@ from .yesno import yes_no
 __all__ = [
     "Recognition",
     "Recognizer",
+    "choice",
+    "date_of_birth",
     "datetime",
     "fuzzy",
     "integer",

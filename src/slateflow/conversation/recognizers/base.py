@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ...state import State
 
 __all__ = ["Recognition", "Recognizer"]
 
@@ -26,6 +29,12 @@ class Recognizer(ABC):
     @abstractmethod
     def describe(self) -> str:
         """What it reads, in a few words."""
+
+    def recognize_in(self, text: str, state: State) -> Recognition | None:
+        """The value found in ``text`` by a recognizer that may also read the State (a
+        :func:`~slateflow.conversation.choice` reads the options offered); extractors call
+        this. Most recognizers read only the text."""
+        return self.recognize(text)
 
     def map(self, fn: Callable[[Any], Any], describe: str = "") -> Recognizer:
         """This recognizer with ``fn`` applied to its value; a value ``fn`` maps to None counts
@@ -52,7 +61,12 @@ class _Mapped(Recognizer):
         self.text = text
 
     def recognize(self, text: str) -> Recognition | None:
-        found = self.inner.recognize(text)
+        return self._mapped(self.inner.recognize(text))
+
+    def recognize_in(self, text: str, state: State) -> Recognition | None:
+        return self._mapped(self.inner.recognize_in(text, state))
+
+    def _mapped(self, found: Recognition | None) -> Recognition | None:
         if found is None:
             return None
         value = self.fn(found.value)

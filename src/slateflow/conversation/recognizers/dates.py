@@ -20,80 +20,12 @@ from datetime import tzinfo as _tzinfo
 from typing import Any
 
 from .base import Recognition, Recognizer
-from .words import ORDINALS, SCALES, TENS, UNITS, cached, correction_segments, number_words
+from .calendar import WEEKDAYS, date_in, normalise
+from .words import correction_segments
 
 __all__ = ["datetime"]
 
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_MONTHS = {
-    "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4,
-    "apr": 4, "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8,
-    "september": 9, "sept": 9, "sep": 9, "october": 10, "oct": 10, "november": 11, "nov": 11,
-    "december": 12, "dec": 12,
-}  # fmt: skip
 _PARTS = ("morning", "lunchtime", "afternoon", "evening", "tonight", "night")
-_FILLERS = frozenset(["uh", "um", "umm", "er", "erm", "uhm", "hmm", "ah", "eh"])
-
-# -- normalising ----------------------------------------------------------------------------
-
-_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
-_SLASH_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{2}|\d{4}))?\b")
-_PRICE = re.compile(
-    r"[$€£]\s?\d(?:[\d,]*\d)?(?:\.\d+)?|\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:[$€£]|"
-    r"(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid|cents|pence)\b)"
-)
-_MONEY_HINT = re.compile(r"[$€£]|usd|eur|gbp|dollar|euro|pound|buck|quid|cent|pence")
-_MERIDIEM = re.compile(r"(?<=[\d\s])([ap])\.?\s?m\b\.?")
-_OCLOCK = re.compile(r"\bo'?\s?clock\b")
-_ISH = re.compile(r"\b([a-z]+|\d+)ish\b")
-_TOKEN = re.compile(r"\d{1,2}[:.h]\d{2}(?!\d)|\d+(?:st|nd|rd|th)?|[a-z]+|,")
-_NUMBERISH = frozenset(UNITS) | frozenset(TENS) | frozenset(SCALES) | {"a"}
-
-
-@cached
-def _normalise(segment: str) -> str:
-    """The segment as space-separated tokens: numbers in digits, ordinals as "3th"."""
-    s = _ISO_DATE.sub(" ", segment) if "-" in segment else segment
-    s = _SLASH_DATE.sub(" ", s) if "/" in s else s
-    priced = _MONEY_HINT.search(s) is not None
-    s = _PRICE.sub(" price ", s) if priced else s
-    s = _MERIDIEM.sub(lambda m: f" {m.group(1)}m ", s)
-    s = _OCLOCK.sub(" oclock ", s).replace("half a dozen", "6")
-    if "@" in s:
-        s = s.replace("@", " at ")  # chat: "tomorrow @ 8"
-    if "tonite" in s:
-        s = s.replace("tonite", "tonight")
-    if "ish" in s:
-        s = _ISH.sub(r"\1 ish", s)  # "eightish" as "eight ish"
-    toks = _TOKEN.findall(s)
-    out: list[str] = []
-    i, n = 0, len(toks)
-    while i < n:
-        tok = toks[i]
-        if tok in _FILLERS:
-            i += 1
-            continue
-        nxt = toks[i + 1] if i + 1 < n else ""
-        if tok in TENS and nxt in ORDINALS and ORDINALS[nxt] < 10:
-            out.append(f"{TENS[tok] + ORDINALS[nxt]}th")  # "twenty first"
-            i += 2
-            continue
-        if tok in ORDINALS:
-            out.append(f"{ORDINALS[tok]}th")
-            i += 1
-            continue
-        if tok in _NUMBERISH and not (tok == "a" and nxt == "quarter"):
-            words = number_words(toks, i)
-            if words is not None:
-                out.append(str(words[0]))
-                i += words[1]
-                continue
-        out.append(tok)
-        i += 1
-    # Prices said in words ("twenty dollars") are masked once the numbers are digits.
-    joined = " ".join(out)
-    return _PRICE.sub(" price ", joined) if priced else joined
-
 
 # -- times ----------------------------------------------------------------------------------
 
@@ -233,134 +165,7 @@ def _clock(s: str) -> _Clock | None:
     return min(found, key=lambda f: (f[0], f[1]))[2]
 
 
-# -- dates ----------------------------------------------------------------------------------
-
-_MONTH_WORDS = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?(?: of)? ({_MONTH_WORDS})\b")
-_MONTH_DAY = re.compile(rf"\b({_MONTH_WORDS})(?: the)? (\d{{1,2}})(?:st|nd|rd|th)?\b(?! \d)")
-_THE_DAY = re.compile(
-    r"\b(?:the|on)(?: ,)* (\d{1,2})(?:st|nd|rd|th)\b(?! (?:option|one|choice|time|floor|table|"
-    r"course|person|week|month|day|line|bottle|glass|seat|round|thing|item|dish|page|place)s?\b)"
-)
-_WEEKDAY = re.compile(
-    r"\b(?:(this coming|this|next|coming|on|a week on|a week from|a week next) )?"
-    r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b( week)?"
-)
-_RELATIVE = re.compile(
-    r"\b(?:(a|one) week (?:from )?(?=today|tomorrow))?(day after tomorrow|tomorrow|today|tonight|"
-    r"tmrw|tomorow|tommorow|tommorrow|"
-    r"yesterday|this (?:morning|afternoon|evening)|later today|in (\d{1,2}|a) (days?|weeks?))\b"
-)
-_TOMORROW = frozenset({"tomorrow", "tmrw", "tomorow", "tommorow", "tommorrow"})  # and chat's
 _DAY_AFTER = re.compile(r"\bthe day (after|before)\b(?! tomorrow| yesterday)")
-
-
-def _next_date(today: _date, month: int, day: int) -> _date | None:
-    """The next such date from today (a past one is next year's; 29 February the next leap
-    year's: 8 years covers 2096 -> 2104)."""
-    for year in range(today.year, today.year + 9):
-        try:
-            candidate = _date(year, month, day)
-        except (ValueError, OverflowError):
-            continue
-        if candidate >= today:
-            return candidate
-    return None
-
-
-def _day_of_month(today: _date, day: int) -> _date | None:
-    """The next date with this day of the month (this month's if not past)."""
-    year, month = today.year, today.month
-    for _ in range(13):
-        try:
-            candidate = _date(year, month, day)
-        except ValueError:
-            candidate = None
-        if candidate is not None and candidate >= today:
-            return candidate
-        month += 1
-        if month > 12:
-            year, month = year + 1, 1
-    return None
-
-
-def _date_in(raw: str, s: str, today: _date) -> tuple[_date, int, str] | None:
-    """The date said: (date, position, how), or None; how is "exact", "month" (the month was
-    inferred: "the 3rd") or "conflict" (a weekday and a day of the month that disagree)."""
-    m = _ISO_DATE.search(raw) if "-" in raw else None
-    if m:
-        try:
-            return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))), -1, "exact"
-        except ValueError:
-            return None
-    m = _SLASH_DATE.search(raw) if "/" in raw else None
-    if m:
-        a, b = int(m.group(1)), int(m.group(2))
-        # Only the unambiguous forms: 14/6 is day first, 6/14 month first.
-        day_month = (a, b) if a > 12 >= b else (b, a) if b > 12 >= a else None
-        if day_month is not None:
-            year = m.group(3)
-            if year is None:
-                found = _next_date(today, day_month[1], day_month[0])
-            else:
-                y = int(year) + (2000 if len(year) == 2 else 0)
-                try:
-                    found = _date(y, day_month[1], day_month[0])
-                except ValueError:
-                    found = None
-            return (found, -1, "exact") if found is not None else None
-    words = set(s.split())
-    months = not words.isdisjoint(_MONTHS)
-    for pattern, day_group, month_group in ((_DAY_MONTH, 1, 2), (_MONTH_DAY, 2, 1)):
-        m = pattern.search(s) if months else None
-        if m:
-            found = _next_date(today, _MONTHS[m.group(month_group)], int(m.group(day_group)))
-            return (found, m.start(), "exact") if found is not None else None
-    candidates: list[tuple[int, _date, str]] = []
-    m = _THE_DAY.search(s) if "the" in words or "on" in words else None
-    if m:
-        found = _day_of_month(today, int(m.group(1)))
-        if found is not None:
-            candidates.append((m.start(), found, "month"))
-    m = _RELATIVE.search(s)
-    if m:
-        word = m.group(2)
-        delta = {"day after tomorrow": 2, "yesterday": -1}.get(word, 0)
-        if word in _TOMORROW:
-            delta = 1
-        if m.group(3) is not None:
-            n = 1 if m.group(3) == "a" else int(m.group(3))
-            delta = n * (7 if m.group(4).startswith("week") else 1)
-        if m.group(1) is not None:
-            delta += 7  # "a week from today", "a week tomorrow"
-        with contextlib.suppress(OverflowError):
-            candidates.append((m.start(), today + timedelta(days=delta), "exact"))
-    m = _WEEKDAY.search(s) if "day" in s else None
-    if m:
-        which, name, week = m.group(1), m.group(2), m.group(3)
-        index = _WEEKDAYS.index(name)
-        ahead = (index - today.weekday()) % 7
-        if ahead == 0 and which == "next":
-            ahead = 7  # "Saturday" on a Saturday is today; "next Saturday" is not
-        if week or (which or "").startswith("a week"):
-            ahead += 7  # "Friday week", "a week on Friday"
-        try:
-            day = today + timedelta(days=ahead)
-        except OverflowError:
-            day = None
-        if day is not None:
-            # "Saturday the 14th": the day of the month says which Saturday.
-            ordinal = [c for c in candidates if c[2] == "month"]
-            if ordinal:
-                said = ordinal[0][1]
-                if said.weekday() == index:
-                    return said, min(m.start(), ordinal[0][0]), "exact"
-                return day, min(m.start(), ordinal[0][0]), "conflict"
-            candidates.append((m.start(), day, "exact"))
-    if not candidates:
-        return None
-    position, day, how = min(candidates, key=lambda c: c[0])
-    return day, position, how
 
 
 # -- the recognizer -------------------------------------------------------------------------
@@ -375,7 +180,7 @@ _BARE_REST = frozenset({
 
 def _bare_hour(segment: str) -> tuple[_Clock, float] | None:
     """A segment that is only a clock number ("eight", "uh, 7:30 then"), as a time."""
-    s = _normalise(segment.lower()).replace(",", " ")
+    s = normalise(segment.lower()).replace(",", " ")
     words = s.split()
     for i, word in enumerate(words):
         if word[0].isdigit():
@@ -412,12 +217,18 @@ def _minute_of_day(value: object, what: str) -> int:
 
 class _DateTime(Recognizer):
     def __init__(
-        self, now: Callable[[], float], tz: _tzinfo, hours: tuple[int, int], alone: bool
+        self,
+        now: Callable[[], float],
+        tz: _tzinfo,
+        hours: tuple[int, int],
+        alone: bool,
+        day_first: bool | None,
     ) -> None:
         self.now = now
         self.tz = tz
         self.hours = hours
         self.alone = alone
+        self.day_first = day_first
 
     def _inside(self, minute: int) -> bool:
         start, end = self.hours
@@ -450,22 +261,25 @@ class _DateTime(Recognizer):
 
     def _read(self, segment: str, today: _date, now: _datetime) -> dict[str, Any]:
         raw = segment.lower().replace("\u2019", "'")
-        s = _normalise(raw)
+        s = normalise(raw)
         found: dict[str, Any] = {}
         try:
-            dated = _date_in(raw, s, today)
+            dated = date_in(raw, s, today, day_first=self.day_first)
         except OverflowError:  # "tomorrow" on 31 December 9999: a date cannot hold it
             dated = None
-        day = dated[0] if dated is not None else None
+        day = dated.day if dated is not None else None
+        if dated is not None and dated.year_span is not None:
+            a, b = dated.year_span  # "March 3rd, 1985": the year is not a time
+            s = s[:a] + " " * (b - a) + s[b:]
         part_m = _PART.search(s)
         part = part_m.group(1) if part_m is not None else None
         if part == "lunch":
             part = "lunchtime"
         clock = _clock(s)
-        if day is not None:
-            found["date"] = day.isoformat()
-            found["weekday"] = _WEEKDAYS[day.weekday()]
-            how = dated[2] if dated is not None else "exact"
+        if dated is not None:
+            found["date"] = dated.day.isoformat()
+            found["weekday"] = WEEKDAYS[dated.day.weekday()]
+            how = dated.how
             found["_confidence"] = {"exact": 0.9, "month": 0.85}.get(how, 0.6)
             if how != "exact":
                 found["_inferred"] = ["month" if how == "month" else "date"]
@@ -479,7 +293,7 @@ class _DateTime(Recognizer):
             found["part_of_day"] = part
             if part == "tonight" and "date" not in found:
                 found["date"] = today.isoformat()
-                found["weekday"] = _WEEKDAYS[today.weekday()]
+                found["weekday"] = WEEKDAYS[today.weekday()]
         return found
 
     def recognize(self, text: str) -> Recognition | None:
@@ -517,7 +331,7 @@ class _DateTime(Recognizer):
                         days=1 if shift.group(1) == "after" else -1
                     )
                     found["date"] = moved.isoformat()
-                    found["weekday"] = _WEEKDAYS[moved.weekday()]
+                    found["weekday"] = WEEKDAYS[moved.weekday()]
             inferred = merged.get("_inferred", []) + found.pop("_inferred", [])
             merged.update(found)
             if inferred:
@@ -549,6 +363,7 @@ def datetime(
     *,
     business_hours: tuple[int | str | _clock_time, int | str | _clock_time] = (11, 23),
     hour_alone: bool = False,
+    day_first: bool | None = None,
 ) -> Recognizer:
     """A date and/or time: ``{"date": "2026-01-03", "weekday": "saturday", "time": "19:30",
     "part_of_day": "evening"}`` (the keys that were said).
@@ -573,7 +388,15 @@ def datetime(
     Relative words count from ``now`` (seconds since the epoch) in time zone ``tz`` (the
     caller's or the business's; UTC by default): pass the session's clock, so tests control
     "today". A "next" weekday skips a week only when it is today ("next Saturday" on a
-    Saturday).
+    Saturday); "next week Tuesday" (or "Tuesday next week") is the Tuesday of the next calendar
+    week (weeks start on Monday), "the Monday after next" the Monday after the next one, "a
+    week from Friday" and "two weeks from today" count from the day named.
+
+    A year said with a date makes it that year's ("March 3rd, 1985", "June 14th, twenty
+    twenty-six", "3/3/1985"), in the past too. A numeric date is read when its order is plain
+    (14/6 is day first, 6/14 month first, 3/3 either way); one that could be either ("5/11")
+    is read only with ``day_first`` (True: 5 November; False: US, 11 May), else not at all.
+    A clause the caller rules out is not read: "not Monday, Tuesday" is Tuesday.
     """
     if not isinstance(business_hours, tuple) or len(business_hours) != 2:
         raise ValueError(f"datetime() business_hours is (opening, closing), got {business_hours!r}")
@@ -583,4 +406,6 @@ def datetime(
     )
     if window[0] == window[1]:
         raise ValueError(f"datetime() business_hours is an empty window: {business_hours!r}")
-    return _DateTime(now if now is not None else _time.time, tz, window, bool(hour_alone))
+    if day_first not in (None, True, False):
+        raise ValueError(f"datetime() day_first is True, False or None, got {day_first!r}")
+    return _DateTime(now if now is not None else _time.time, tz, window, bool(hour_alone), day_first)

@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 
 __all__ = [
     "ORDINALS",
+    "PRONOUN_ONE",
     "cached",
     "clear_caches",
     "correction_segments",
+    "drop_negated",
     "integers",
     "number_words",
     "tokens",
@@ -41,6 +43,14 @@ ORDINALS = {
     "nineteenth": 19, "twentieth": 20, "thirtieth": 30,
 }  # fmt: skip
 """Ordinal words (a day of the month: "the third"); "twenty first" is read as 20 + 1."""
+
+PRONOUN_ONE = frozenset({
+    "the", "this", "that", "which", "other", "another", "last", "next", "each", "any", "every",
+    "earlier", "later", "early", "late", "morning", "afternoon", "evening", "same", "cheaper",
+    "cheapest", "first", "second", "third", "fourth", "fifth", "sixth", "middle", "final",
+    "latter", "former", "new", "old", "right", "wrong", "little", "big", "only",
+})  # fmt: skip
+"""Words after which "one" is a pronoun ("the second one", "the earlier one"), not a number."""
 
 _WORD = re.compile(r"[a-z]+|\d+(?:[.,]\d+)*")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -133,6 +143,35 @@ def _is_digits(tok: str) -> bool:
     return tok.replace(",", "").isdigit()
 
 
+def _pronoun(toks: Sequence[str], i: int) -> bool:
+    """Whether ``toks[i]`` is "one" used as a pronoun ("the second one", "the 3rd one")."""
+    if toks[i] not in ("one", "ones") or not i:
+        return False
+    before = toks[i - 1]
+    return before in PRONOUN_ONE or before in ORDINALS or before[-2:] in ("st", "nd", "rd", "th")
+
+
+_CENTURIES = frozenset({"eighteen", "nineteen", "twenty"})
+
+
+def _spoken_year(toks: Sequence[str], i: int) -> tuple[int, int] | None:
+    """A year said as two numbers from ``toks[i]`` ("nineteen eighty five", "nineteen oh
+    five"): (year, tokens used). Only decades from the forties up, so "twenty thirty" (a time,
+    20:30) and "nineteen fifteen" stay two numbers."""
+    if toks[i] not in _CENTURIES or i + 1 >= len(toks):
+        return None
+    century = UNITS.get(toks[i], 20) if toks[i] != "twenty" else 20
+    nxt = toks[i + 1]
+    if nxt == "oh" and i + 2 < len(toks) and toks[i + 2] in UNITS and UNITS[toks[i + 2]] < 10:
+        return century * 100 + UNITS[toks[i + 2]], 3
+    if nxt in TENS and TENS[nxt] >= 40 and century < 20:
+        tail = toks[i + 2] if i + 2 < len(toks) else ""
+        if tail in UNITS and 0 < UNITS[tail] < 10 and tail != "oh":
+            return century * 100 + TENS[nxt] + UNITS[tail], 3
+        return century * 100 + TENS[nxt], 2
+    return None
+
+
 @cached
 def _cached_integers(text: str) -> tuple[tuple[int, int, float, int], ...]:
     toks = tokens(text)
@@ -143,6 +182,16 @@ def _cached_integers(text: str) -> tuple[tuple[int, int, float, int], ...]:
         if _is_digits(tok):
             found.append((int(tok.replace(",", "")), i, 0.95, 1))
             i += 1
+            continue
+        if _pronoun(toks, i):
+            i += 1
+            continue
+        year = _spoken_year(toks, i)
+        if year is not None:
+            # "nineteen eighty five" is one number (a year), not nineteen then eighty-five;
+            # "nineteen thirty" may as well be a time, so only the unambiguous forms.
+            found.append((year[0], i, 0.8, year[1]))
+            i += year[1]
             continue
         words = number_words(toks, i)
         if words is not None:
@@ -188,11 +237,34 @@ _CORRECTION = re.compile(
 )
 
 
+# What a caller rules out: "not Monday, Tuesday", "Tuesday, not Monday", "I can't do Friday,
+# but Thursday works", "not the first one, the second". The clause runs to the next comma,
+# "but", "instead" or "rather"; "why not Tuesday" and "if not" suggest rather than rule out.
+_NEGATED = re.compile(
+    r"(?<![a-z'])(?<!why )(?<!if )(?<!or )(?:not|can'?t (?:do|make|manage)|cannot (?:do|make)|"
+    r"couldn'?t (?:do|make)|won'?t be able to do|isn'?t good|doesn'?t work for me on)"
+    r"(?![a-z'])(?! sure\b)[^,;.!?]*?(?=\s*(?:[,;.!?]|\bbut\b|\binstead\b|\brather\b|$))",
+    re.IGNORECASE,
+)
+
+
 @cached
-def correction_segments(text: str) -> tuple[str, ...]:
+def drop_negated(text: str) -> str:
+    """``text`` without the clauses the caller ruled out ("not Monday, Tuesday" keeps
+    ", Tuesday"); a turn that only rules something out keeps nothing to read."""
+    if "n" not in text.lower():
+        return text
+    return _NEGATED.sub(" ", text)
+
+
+@cached
+def correction_segments(text: str, keep_negated: bool = False) -> tuple[str, ...]:
     """``text`` cut where the caller corrects themselves, last said first: "uh, seven, no,
     eight" gives ("eight", "uh, seven"). A recognizer takes a value from the first segment
-    that has one, so the correction wins."""
+    that has one, so the correction wins. Clauses the caller ruled out ("not Monday") are
+    left out first (:func:`drop_negated`) unless ``keep_negated``."""
+    if not keep_negated:
+        text = drop_negated(text)
     cuts = [m.end() for m in _CORRECTION.finditer(" " + text)]
     if not cuts:
         return (text,)

@@ -108,6 +108,21 @@ _HEDGE_RE = _phrase(_HEDGES)
 
 _NOISES = re.compile(r"\b(?:mm+[ -]?hm+|uh[ -]huh|mhm+|mm+)\b")
 
+# US discourse markers: "yeah, no" and "no, yeah" lead into the real answer ("yeah, no,
+# that's fine" is a yes; "yeah, no" alone is a no, "no, yeah" alone a yes).
+_LEAD_FILLERS = r"(?:(?:uh|um|oh|well|so|i mean)[,.]? )*"
+_YEAH_NO = re.compile(
+    rf"^{_LEAD_FILLERS}(?:yeah|yes|yep|yea|ya)[,.]?(?: |\.\.\.)*no+[,.!]*(?:\s+(.*))?$"
+)
+_NO_YEAH = re.compile(rf"^{_LEAD_FILLERS}(?:no|nah)[,.]?(?: |\.\.\.)*(?:yeah|yes)[,.!]*(?:\s+(.*))?$")
+# "go ahead and cancel it" agrees to what was asked, whatever the verb.
+_GO_AHEAD = re.compile(r"\b(?:go ahead and|please go ahead and|yes,? please) (?!not\b|don'?t\b)[a-z']+")
+# "I'm good" / "I'm all set" decline an offer ("I'm good with that" agrees).
+_DECLINE = re.compile(
+    r"(?<![a-z'])(?:i'?m|i am) (?:good|all set|ok|okay|fine)(?: thanks| thank you)?"
+    r"(?! with| to| for)(?![a-z'])"
+)
+
 
 def _words(text: str) -> list[str]:
     # "mm-hmm" and "uh-huh" are a yes; "hmm" alone is thinking.
@@ -132,7 +147,21 @@ def _answer_only(clause: list[str]) -> bool:
 
 @cached
 def _read(text: str) -> Recognition | None:
-    lowered = text.lower().replace("\u2019", "'")
+    lowered = text.lower().replace("\u2019", "'").strip()
+    marker = _YEAH_NO.match(lowered) or _NO_YEAH.match(lowered)
+    if marker is not None:
+        rest = (marker.group(1) or "").strip(" ,.!")
+        idiom = marker.re is _YEAH_NO and _YES_IDIOM_RE.match(f"no {rest}")
+        found = _read(rest) if rest and not idiom else None
+        if found is not None:
+            # The marker says the caller heard the question; the rest is the answer.
+            return Recognition(found.value, min(found.confidence, 0.85))
+        if marker.re is _YEAH_NO and not idiom:
+            return Recognition(False, 0.9)  # "yeah, no", "yes... no, sorry": a yes taken back
+    # "no... yes" with nothing after is read as usual: negation wins.
+    if _DECLINE.search(lowered) and not _YES_PHRASE_RE.search(lowered):
+        return Recognition(False, 0.8)
+    lowered = _GO_AHEAD.sub("go ahead", lowered)
     clauses = [_words(c) for c in _CLAUSE.split(lowered)]
     clauses = [c for c in clauses if c]
     if not clauses:
@@ -182,5 +211,10 @@ def yes_no() -> Recognizer:
     with the terrace?") is not an answer, and a bare "please" is not a yes. A clear answer is
     read at 0.9, a mild one ("cool") or an answer followed by a question of its own at 0.8, "I
     guess so" at 0.7; a yes with a "but" ("yes but make it 8") is not an answer.
+
+    US discourse markers are read as such: "yeah, no, that's fine" and "no, yeah, go ahead"
+    answer with what follows the marker (at most 0.85); "yeah, no" alone is a no, and "no...
+    yes" alone still a no (negation wins). "Go ahead and cancel it" agrees to what was asked; "I'm good" /
+    "I'm all set" decline an offer (0.8).
     """
     return _YesNo()
