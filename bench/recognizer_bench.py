@@ -2,9 +2,11 @@
 
 Run: ``python bench/recognizer_bench.py`` (add ``--quick`` for a fast smoke run, as CI does).
 
-For each category of tests/conversation/data/spoken.jsonl (times, dates, both, party sizes,
-yes/no) it prints how many utterances were read right, how many wrong values came with
-confidence >= 0.9, and the cost per utterance with every memoised reading forgotten first (a
+For each part of the corpus (tuning, held-out: written before the fixes it measures, after:
+written after them; see tests/conversation/spoken_corpus.py) and each recognizer (times,
+dates, both, party sizes, yes/no, dates of birth, picks from a list) it prints how many
+utterances were read right, how many wrong values came with confidence >= 0.9, and the cost
+per utterance with every memoised reading forgotten first (a
 recognizer reads a new turn once; the cache only helps the other fields of the same turn). The
 redaction corpus (tests/conversation/data/redaction.jsonl) is timed the same way. When
 dateparser is installed (``pip install dateparser``), its ``search_dates`` runs over the same
@@ -26,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "conversation"))
 
 from slateflow.conversation.recognizers.words import clear_caches
-from spoken_corpus import NOW, Case, load, reader, score
+from spoken_corpus import NOW, PART_FILES, Case, load, reader, score
 
 CORPORA = Path(__file__).resolve().parents[1] / "tests" / "conversation" / "data"
 
@@ -87,38 +89,48 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     passes = 3 if args.quick else 30
     cases = load()
-    by_category: dict[str, list[Case]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
     for case in cases:
-        by_category[case.category].append(case)
+        groups[(case.part, case.category)].append(case)
     print(f"slateflow recognizers over the corpus (Python {sys.version.split()[0]}, medians)")
-    print(f"{'category':<14}{'utterances':>11}{'correct':>10}{'wrong@0.9':>11}{'us/utterance':>15}")
-    print("-" * 61)
-    right = wrong_sure = 0
-    for category, group in by_category.items():
-        outcomes = [score(c) for c in group]
-        ok = sum(o.correct for o in outcomes)
-        sure = sum(not o.correct and (o.confidence or 0) >= 0.9 for o in outcomes)
-        right += ok
-        wrong_sure += sure
-        cost = time_cases(group, passes)
-        print(
-            f"{category:<14}{len(group):>11}{ok / len(group):>9.1%}{sure:>11}{cost * 1e6:>12.1f} us"
-        )
-    print("-" * 61)
+    header = f"{'part':<10}{'recognizer':<15}{'utterances':>11}{'correct':>10}{'wrong@0.9':>11}"
+    print(f"{header}{'us/utterance':>15}")
+    print("-" * 72)
+    for part in PART_FILES:
+        right = wrong_sure = total = 0
+        for (p, category), group in groups.items():
+            if p != part:
+                continue
+            outcomes = [score(c) for c in group]
+            ok = sum(o.correct for o in outcomes)
+            sure = sum(not o.correct and (o.confidence or 0) >= 0.9 for o in outcomes)
+            right, wrong_sure, total = right + ok, wrong_sure + sure, total + len(group)
+            cost = time_cases(group, passes)
+            print(
+                f"{part:<10}{category:<15}{len(group):>11}{ok / len(group):>9.1%}{sure:>11}"
+                f"{cost * 1e6:>12.1f} us"
+            )
+        if total:
+            print(f"{part:<10}{'(all)':<15}{total:>11}{right / total:>9.1%}{wrong_sure:>11}")
+    print("-" * 72)
     total_cost = time_cases(cases, passes)
+    right = sum(score(c).correct for c in cases)
+    wrong_sure = sum(
+        not o.correct and (o.confidence or 0) >= 0.9 for o in (score(c) for c in cases)
+    )
     print(
-        f"{'all':<14}{len(cases):>11}{right / len(cases):>9.1%}{wrong_sure:>11}"
+        f"{'all':<25}{len(cases):>11}{right / len(cases):>9.1%}{wrong_sure:>11}"
         f"{total_cost * 1e6:>12.1f} us"
     )
     timed = [c for c in cases if c.category in ("time", "date", "datetime")]
     peer = time_dateparser(timed, max(1, passes // 10))
     if peer is None:
-        print(f"{'dateparser':<14}{'(peer not installed: pip install dateparser)':>47}")
+        print(f"{'dateparser':<25}{'(peer not installed: pip install dateparser)':>47}")
     else:
-        print(f"{'dateparser':<14}{len(timed):>11}{'':>10}{'':>11}{peer * 1e6:>12.1f} us  (peer)")
+        print(f"{'dateparser':<25}{len(timed):>11}{'':>10}{'':>11}{peer * 1e6:>12.1f} us  (peer)")
     red = time_redaction(passes)
     if red is not None:
-        print(f"{'redact()':<14}{red[0]:>11}{'':>10}{'':>11}{red[1] * 1e6:>12.1f} us")
+        print(f"{'redact()':<25}{red[0]:>11}{'':>10}{'':>11}{red[1] * 1e6:>12.1f} us")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,20 @@ class _Choice(Recognizer):
         self.offered = offered
         self.neither = neither
         self.reader = datetime(now, tz, business_hours=hours)
+        self._last: tuple[str, list[_Option]] | None = None  # the options read last time
+
+    def _options(self, offered: tuple[Any, ...]) -> list[_Option]:
+        """The options as matched; read again only when what is offered changes."""
+        seen = repr(offered)
+        if self._last is not None and self._last[0] == seen:
+            return self._last[1]
+        options = [_Option(v, self.reader) for v in offered]
+        if len(options) > 1:
+            common = frozenset.intersection(*(o.words for o in options))
+            for o in options:
+                o.words = o.words - common  # "delivery" in every option picks none
+        self._last = (seen, options)
+        return options
 
     def recognize(self, text: str) -> Recognition | None:
         if isinstance(self.offered, str):
@@ -141,11 +155,7 @@ class _Choice(Recognizer):
         return self._pick(text, tuple(options))
 
     def _pick(self, text: str, offered: tuple[Any, ...]) -> Recognition | None:
-        options = [_Option(v, self.reader) for v in offered]
-        if len(options) > 1:
-            common = frozenset.intersection(*(o.words for o in options))
-            for o in options:
-                o.words = o.words - common  # "delivery" in every option picks none
+        options = self._options(offered)
         for segment in correction_segments(text, keep_negated=True):
             if _QUESTION.search(segment):
                 return None  # "do you have anything on Friday?": a question, not a pick
