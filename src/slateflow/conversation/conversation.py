@@ -9,7 +9,8 @@ pipecat or LiveKit needs this page and nothing else.
 
 A background result travels one way: the run ends, the session hands it to the ``deliver``
 callback the conversation gave (``conversation.deliver``), and it waits in the inbox for the
-next context, or goes to ``on_delivery`` at once when it is urgent and the caller is silent.
+next context, or goes to ``on_delivery`` at once when it is urgent and the caller is silent
+(:mod:`slateflow.conversation.deliveries`).
 
 A turn that is cancelled (a barge-in cancels the task that runs it) or fails is not taken: its
 ``turn:`` and ``temp:`` keys are cleared, it leaves the transcript (kept in
@@ -19,7 +20,6 @@ extractors already wrote stays, since the caller did say it.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -27,14 +27,11 @@ from contextlib import AbstractAsyncContextManager
 from threading import get_ident
 from typing import Any, Literal, overload
 
-import anyio
-
-from ..errors import SessionError, WaitTimeoutError
+from ..errors import SessionError
 from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
 from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
-from ..resolve import BackgroundResult, Deliver, Scheduling, Session
-from ..resolve.clock import wait_on
+from ..resolve import BackgroundResult, Deliver, Session
 from ..resolve.sections import Serial, open_sections
 from ..state import State
 from ..state.provenance import Stamp
@@ -51,14 +48,8 @@ from .context import (
     publish_timing,
     roll_back_turn,
 )
-from .inbox import (
-    DEFAULT_INBOX_LIMIT,
-    Inbox,
-    ToConversation,
-    record_delivered,
-    redeliver,
-    undelivered,
-)
+from .deliveries import Deliveries
+from .inbox import DEFAULT_INBOX_LIMIT, Inbox, record_delivered, redeliver
 from .protocols import Governor, TurnHook
 from .redaction import redact as redact_transcript
 from .tools import ToolClaim, ToolDesk, ToolResult, admit_all
@@ -115,16 +106,18 @@ class Conversation:
         self.state: State = session.state
         self.redact = redact
         self.tools = tuple(dict.fromkeys([tools] if isinstance(tools, str) else tools))
-        self.on_delivery = on_delivery
-        self.on_waiting = on_waiting
         self.handover: HandoverMode = handover
         self.max_transcript = max_transcript
-        self.inbox = Inbox(self._landed, limit=max_waiting)
+        self._runtime = session.runtime
+        self._lock = Serial(self._runtime.spawn)
+        self._deliveries = Deliveries(
+            session, on_delivery, on_waiting, max_waiting, self._lock.lock.locked
+        )
+        self.inbox: Inbox = self._deliveries.inbox
         """Background results waiting for the model."""
-        self.deliver: Deliver = ToConversation(self.inbox, self._urgent)
+        self.deliver: Deliver = self._deliveries.deliver
         """The ``deliver`` callback that brings a background result to this conversation:
         ``session.background(resolver, conversation.deliver)``."""
-        self._runtime = session.runtime
         # Under a manual clock (tests), work that needs no time (a background lookup that
         # answers at once) runs before a turn looks: a test sees what production would.
         self._settle: Callable[[], Awaitable[None]] | None = getattr(session.clock, "settle", None)
@@ -133,22 +126,13 @@ class Conversation:
         self._hooks: list[TurnHook] = []
         self._flows: list[Governor] = []
         self._desk = ToolDesk(self.admit, self._tool_done, self._tool_hooks)
-        self._lock = Serial(self._runtime.spawn)
-        self._interrupting = False
-        # An interruption ended and the caller's turn is on its way: interrupt results wait
-        # for that turn's context instead of being spoken before it.
-        self._hold = False
         self._said: frozenset[str] = frozenset()
         self._pending: Handover | None = None
-        self._waiting: list[anyio.Event] = []
         # A recovered (durable) State remembers how many turns the call had: keep counting.
         before = self.state.get("session:turn")
         self._base = before if type(before) is int and before > 0 else 0
         self._turn_key: int | None = before if type(before) is int else None
         self._timing: Any = self.state.get(VOICE_TIMING_KEY)  # what was last published
-        # Results a previous process committed for the model but never handed over wait again.
-        for result in undelivered(self.state, session.result_formatter):
-            self.inbox.put(result)
         signals.steps_changed.connect(self._steps_changed)
         session.on_close(self._closed)
 
@@ -213,14 +197,14 @@ class Conversation:
                 if self._settle is not None:
                     await self._settle()  # background work that needs no time lands now
                 context = self._context(turn, flows)
-                self._hold = False
+                self._deliveries.hold = False
                 taken = True
             finally:
                 if not taken:
                     self._drop_turn(turn, before, [g for g in begun if g not in counted])
                 # On every exit path: a turn key must never act on the next turn.
                 end_turn(state)
-        self._tell_waiting()
+        self._deliveries.tell_waiting()
         return context
 
     def _drop_turn(self, turn: Turn, before: Any, uncounted: list[Governor]) -> None:
@@ -435,25 +419,7 @@ class Conversation:
                 self._runtime.report(marker, exc)
         record_delivered(self.state, handover.deliveries)
 
-    # -- background results ------------------------------------------------------------------
-
-    def _urgent(self, result: BackgroundResult) -> Any:
-        """An ``interrupt`` result goes to ``on_delivery`` now while the caller is not talking
-        (None: it waits in the inbox)."""
-        if self.on_delivery is None or self._interrupting or self._hold:
-            return None
-        return self._push(result)
-
-    async def _push(self, result: BackgroundResult) -> None:
-        assert self.on_delivery is not None
-        if self._interrupting or self._hold:
-            # Interrupted again before this push ran: hold it for the end of that one.
-            self.inbox.put(result)
-            return
-        if await self._call(self.on_delivery, result):
-            record_delivered(self.state, [result])
-        else:
-            self.inbox.put(result)  # not handed over: the next context carries it
+    # -- background results and interruptions (slateflow.conversation.deliveries) -----------
 
     def take_deliveries(self) -> list[BackgroundResult]:
         """The background results waiting for the model, oldest first; each is handed out
@@ -467,96 +433,24 @@ class Conversation:
     async def wait_for_delivery(self, timeout: float | None = None) -> list[BackgroundResult]:
         """Wait until a background result waits for the model (the caller not talking) and
         return those waiting, left in place; raises ``WaitTimeoutError`` after ``timeout``."""
-        session = self.session
         self._runtime.check()
-        clock = session.clock
-        deadline = None if timeout is None else clock.monotonic() + timeout
-        while True:
-            waiting = self._audible()
-            if waiting and not self._interrupting and not self._hold:
-                return waiting
-            event = anyio.Event()
-            self._waiting.append(event)
-            left = None if deadline is None else max(deadline - clock.monotonic(), 0.0)
-            outcome = await wait_on(clock, event, left)
-            if outcome != "set":
-                running = ", ".join(r.name for r in session.runs()) or "none"
-                how = f" for {timeout}s" if timeout is not None else ""
-                why = "; every task is blocked and no timer is due" if outcome == "stuck" else ""
-                raise WaitTimeoutError(
-                    f"waited{how} for a background result to hand to the model; none landed "
-                    f"(running: {running}){why}"
-                )
-
-    def _audible(self) -> list[BackgroundResult]:
-        """The waiting results the model is to be told of (not the silent ones)."""
-        audible = []
-        for result in self.inbox.peek():
-            if result.scheduling is not Scheduling.SILENT:
-                audible.append(result)
-        return audible
-
-    def _landed(self, result: BackgroundResult) -> None:
-        """The inbox got a result (any thread): tell whoever waits for one, on the loop."""
-        if result.scheduling is not Scheduling.SILENT:
-            self._runtime.soon(self._tell_waiting)
-
-    def _tell_waiting(self) -> None:
-        if self._lock.lock.locked() or self._interrupting or self._hold:
-            # A turn is being built (its context takes them; checked again after), the caller
-            # is talking, or their turn is coming: it will take them.
-            return
-        waiting = self._audible()
-        if not waiting:
-            return
-        events, self._waiting = self._waiting, []
-        for event in events:
-            event.set()
-        if self.on_waiting is not None:
-            for result in waiting:
-                self._runtime.spawn(self._call, self.on_waiting, result)
-
-    async def _call(self, fn: Deliver, result: BackgroundResult) -> bool:
-        """Call a hook of the loop's (sync or async); its failure is reported, never raised."""
-        try:
-            outcome = fn(result)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except Exception as exc:
-            self._runtime.report(fn, exc)
-            return False
-        return True
-
-    # -- interruptions -----------------------------------------------------------------------
+        return await self._deliveries.wait(timeout)
 
     @property
     def interrupting(self) -> bool:
         """Whether the user is interrupting (between the two interruption calls)."""
-        return self._interrupting
+        return self._deliveries.interrupting
 
     def begin_interruption(self) -> None:
         """The user started talking over the agent: ``interrupt`` results landing now are held
         until :meth:`end_interruption`. Callable from any thread."""
-        self._interrupting = True
+        self._deliveries.interrupting = True
 
     def end_interruption(self, *, turn_follows: bool = True) -> None:
         """The user stopped talking: held results go into the next turn's context, or with
         ``turn_follows=False`` (noise, a cough) to ``on_delivery`` now. Callable from any
         thread."""
-        self._interrupting = False
-        if turn_follows:
-            self._hold = True  # user_turn clears it once its context took them
-            return
-        self._hold = False
-        if self.on_delivery is not None:
-            self._runtime.soon(self._flush_interrupts)
-        self._runtime.soon(self._tell_waiting)
-
-    def _flush_interrupts(self) -> None:
-        if self._interrupting or self._hold:
-            return  # interrupted again before this ran: they wait for that one to end
-        for result in self.inbox.take(scheduling=Scheduling.INTERRUPT):
-            self._runtime.spawn(self._push, result)
+        self._deliveries.end_interruption(turn_follows)
 
     # -- step changes and voice timing -------------------------------------------------------
 
