@@ -40,7 +40,10 @@ from .recognizers import (
     yes_no,
 )
 from .redaction import (
+    BIRTH_DATE,
     CARD,
+    CARD_DIGITS,
+    MEMBER_ID,
     EMAIL,
     EXPIRY,
     IBAN,
@@ -49,12 +52,15 @@ from .redaction import (
     SECURITY_CODE,
     Redactor,
     luhn_valid,
+    mask_spans,
     redact,
 )
 from .tools import ToolClaim, ToolFailed, ToolResult
 
 __all__ = [
+    "BIRTH_DATE",
     "CARD",
+    "CARD_DIGITS",
     "DEFAULT_INBOX_LIMIT",
     "DEFAULT_MAX_TRANSCRIPT",
     "DELIVERED_KEY",
@@ -62,6 +68,7 @@ __all__ = [
     "EXPIRY",
     "IBAN",
     "LONG_NUMBER",
+    "MEMBER_ID",
     "REDACTED",
     "SECURITY_CODE",
     "VOICE_TIMING_KEY",
@@ -97,6 +104,7 @@ __all__ = [
     "integer_near",
     "keep_known",
     "luhn_valid",
+    "mask_spans",
     "money",
     "non_empty",
     "one_of",

@@ -51,6 +51,7 @@ from .context import (
 from .deliveries import Deliveries
 from .inbox import DEFAULT_INBOX_LIMIT, Inbox, record_delivered, redeliver
 from .protocols import Governor, TurnHook
+from .redaction import mask_spans
 from .redaction import redact as redact_transcript
 from .tools import ToolClaim, ToolDesk, ToolResult, admit_all
 
@@ -171,7 +172,7 @@ class Conversation:
                 await self._settle()
             state = self.state
             number = self._number() + 1
-            clean = self.redact(text) if self.redact is not None else text
+            clean = self._clean(text)
             turn = Turn(number, clean, self.session.clock.time())
             before = self._turn_key
             self._keep(self._transcript, turn)
@@ -206,6 +207,20 @@ class Conversation:
                 end_turn(state)
         self._deliveries.tell_waiting()
         return context
+
+    def _clean(self, text: str) -> str:
+        """The turn as recorded: what secret fields read masked, then redacted."""
+        spans: list[tuple[int, int, str]] = []
+        for hook in self._hooks:
+            read = getattr(hook, "read_secrets", None)
+            if read is not None:
+                try:
+                    spans += read(self.state, text)
+                except Exception as exc:
+                    log.error("slateflow conversation: extractor %r failed", hook.name, exc_info=exc)
+                    self._runtime.report(hook, exc)
+        masked = mask_spans(text, spans) if spans else text
+        return self.redact(masked) if self.redact is not None else masked
 
     def _drop_turn(self, turn: Turn, before: Any, uncounted: list[Governor]) -> None:
         """A turn that did not complete is not taken (see the module docs)."""

@@ -5,14 +5,20 @@
 recognizer over the text (or the last ``window`` turns), asks each field's promotion rule
 whether the value may be written, and writes the accepted ones in one batch with provenance
 source ``"extraction"``, the extractor's name as writer and each value's confidence.
+
+A ``secret=True`` field (a date of birth, a member id the lookup needs) is the secret path: it
+reads the turn as said, before redaction, writes its value to a key made secret, and the words
+it was read from are masked (``[redacted date of birth]``) in the transcript, the turn keys and
+everything a model or a person sees.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ExtractDefinitionError, FlowDefinitionError, SlateError
@@ -20,6 +26,7 @@ from ..flow.steps import OnEnter, run
 from ..resolve import Deliver, Mode, Resolver, Scheduling
 from ..state import State
 from ..state.keys import check_key
+from ..state.records import SECRET_MASK
 from .promotion import Decision, Promotion, keep_known
 from .recognizers import Recognizer
 
@@ -40,12 +47,20 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One field: its ``name``, the ``key`` it is written to, its recognizer and its rule."""
+    """One field: its ``name``, the ``key`` it is written to, its recognizer and its rule;
+    ``secret``: read from the turn as said and masked in it (see the module docs)."""
 
     name: str
     key: str
     recognizer: Recognizer | None
     rule: Promotion
+    secret: bool = False
+
+    @property
+    def mask(self) -> str:
+        """What the words a secret field was read from become: ``[redacted date of birth]``."""
+        words = re.sub(r"[^a-z]+", " ", self.name.lower()).strip() or "value"
+        return f"[redacted {words}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +165,38 @@ class TurnExtractor:
         written)."""
         self.max_history = max_history
         self._completed = False
+        self._secrets: dict[str, tuple[Any, float]] = {}  # read from this turn, not promoted yet
 
     async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
         """Read the fields from ``turns`` (oldest first) and promote them; subclasses say how
         values are found."""
         raise NotImplementedError
+
+    def read_secrets(self, state: State, said: str) -> list[tuple[int, int, str]]:
+        """Read the secret fields from ``said`` (the turn before redaction) and return the
+        spans to mask, as ``(start, end, mask)``; the values are promoted when the turn is
+        taken (:meth:`on_turn`), so a cancelled turn writes nothing."""
+        spans: list[tuple[int, int, str]] = []
+        self._secrets = {}
+        for f in self.fields:
+            if not f.secret or f.recognizer is None:
+                continue
+            found = f.recognizer.recognize_in(said, state)
+            if found is None:
+                continue
+            self._secrets[f.name] = (found.value, found.confidence)
+            start, end = _span(f.recognizer, said, found.value, state)
+            spans.append((start, end, f.mask))
+        return spans
+
+    def _promote_secrets(self, state: State) -> None:
+        found, self._secrets = self._secrets, {}
+        if not found:
+            return
+        for f in self.fields:
+            if f.name in found and not state.engine.policy.is_secret(f.key):
+                state.policy(f.key, secret=True)
+        self.promote(state, found)
 
     def promote(
         self,
@@ -207,6 +249,17 @@ class TurnExtractor:
                         writer=writer or self.name,
                         confidence=confidence,
                     )
+        secret = {f.name for f in self.fields if f.secret}
+        if secret:
+            # What was read on the secret path is kept out of the history a person reads.
+            decisions = [
+                Decision(d.field, d.key, SECRET_MASK, d.confidence, d.written, d.reason)
+                if d.field in secret
+                else d
+                for d in decisions
+            ]
+            proposed = {k: SECRET_MASK if k in secret and v is not None else v
+                        for k, v in proposed.items()}
         result = ExtractionResult(self.name, tuple(decisions), proposed)
         self.remember(result)
         return result
@@ -224,7 +277,9 @@ class TurnExtractor:
         return any(t.kind == kind for t in self.triggers)
 
     async def on_turn(self, conversation: Conversation, turn: Turn) -> None:
-        """A user turn was recorded: read the turns if a trigger says so."""
+        """A user turn was recorded: promote what the secret fields read from it, and read
+        the turns if a trigger says so."""
+        self._promote_secrets(conversation.state)
         if any(t.on_turn(turn.number) for t in self.triggers):
             await self._read_in(conversation)
 
@@ -267,19 +322,43 @@ class Extract:
         self._completion: OnEnter | None = None
         self._max_history = DEFAULT_MAX_HISTORY
 
-    def field(self, name: str, recognizer: Recognizer, rule: Promotion | None = None) -> Extract:
+    def field(
+        self,
+        name: str,
+        recognizer: Recognizer,
+        rule: Promotion | None = None,
+        *,
+        secret: bool = False,
+    ) -> Extract:
         """Recognise field ``name`` with ``recognizer``; it is written to ``{extractor}:{name}``
-        (or where ``rule.to(key)`` says) under ``rule`` (default :func:`keep_known`)."""
-        return self.field_to(name, f"{self.name}:{name}", recognizer, rule)
+        (or where ``rule.to(key)`` says) under ``rule`` (default :func:`keep_known`).
+
+        ``secret=True``: the secret path. The field reads each turn as said (before
+        redaction, so a masked phone number or member id can still be read), its key is made
+        secret (``state.policy(key, secret=True)``: masked in logs, snapshots, prompts and
+        replays) and the words the value was read from are masked in the transcript and in
+        ``turn:user`` as ``[redacted <field name>]``. Provenance and promotion rules apply as
+        for any field; it reads only the newest turn, on every turn, whatever the triggers.
+        """
+        return self.field_to(name, f"{self.name}:{name}", recognizer, rule, secret=secret)
 
     def field_to(
-        self, name: str, key: str, recognizer: Recognizer, rule: Promotion | None = None
+        self,
+        name: str,
+        key: str,
+        recognizer: Recognizer,
+        rule: Promotion | None = None,
+        *,
+        secret: bool = False,
     ) -> Extract:
         """Like :meth:`field`, written to ``key``."""
         where = f"extractor {self.name!r} field {name!r}"
         if not isinstance(recognizer, Recognizer):
             raise ExtractDefinitionError(f"{where}: expected a recognizer, got {recognizer!r}")
-        self._fields[name] = make_field(self.name, self._fields, name, key, recognizer, rule)
+        if type(secret) is not bool:
+            raise ExtractDefinitionError(f"{where}: secret is True or False, got {secret!r}")
+        made = make_field(self.name, self._fields, name, key, recognizer, rule)
+        self._fields[name] = replace(made, secret=secret)
         return self
 
     def validate(self, pred: Callable[[dict[str, Any]], Any], describe: str = "") -> Extract:
@@ -431,8 +510,8 @@ class Extractor(TurnExtractor):
         ``state`` for recognizers that read it, such as ``choice("slots:result")``)."""
         found: dict[str, tuple[Any, float]] = {}
         for f in self.fields:
-            if f.recognizer is None:
-                continue
+            if f.recognizer is None or f.secret:
+                continue  # a secret field reads the turn as said (read_secrets)
             recognition = (
                 f.recognizer.recognize(heard)
                 if state is None
@@ -447,6 +526,25 @@ class Extractor(TurnExtractor):
 
     def __repr__(self) -> str:
         return f"<Extractor {self.name!r}: {', '.join(f.name for f in self.fields)}>"
+
+
+def _span(recognizer: Recognizer, said: str, value: Any, state: State) -> tuple[int, int]:
+    """The shortest run of words in ``said`` the recognizer still reads ``value`` from: the
+    words to mask."""
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", said)]
+    if not words:
+        return 0, len(said)
+
+    def reads(a: int, b: int) -> bool:
+        found = recognizer.recognize_in(said[words[a][0] : words[b][1]], state)
+        return found is not None and found.value == value
+
+    lo, hi = 0, len(words) - 1
+    while lo < hi and reads(lo + 1, hi):
+        lo += 1
+    while hi > lo and reads(lo, hi - 1):
+        hi -= 1
+    return words[lo][0], words[hi][1]
 
 
 async def _start(conversation: Conversation, action: OnEnter) -> None:

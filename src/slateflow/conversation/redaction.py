@@ -6,7 +6,11 @@ spoken digit by digit: "four one one one, one one one one, ..."), security codes
 dates said after their keyword ("the CVV is one two three", "expires oh nine twenty six"),
 e-mail addresses (written, or spoken: "john dot smith at gmail dot com"), IBANs, sort codes
 and any other run of 7 or more digits, written or spoken (phone numbers: "oh seven seven zero
-zero, nine double oh..."). Dates, times, prices, party sizes and references glued to letters stay.
+zero, nine double oh..."), and identity values however said: dates of birth ("March 3rd,
+nineteen eighty-five", "3/3/85", a date with a year after "born" or "date of birth"), member,
+policy, patient and account ids after their keyword ("member ID X Y Z one two three four"), and
+card digits ("the last four digits are four four two one"). Dates of this decade, times,
+prices, party sizes and references glued to letters stay.
 
 Each rule finds spans in the original text; a span that overlaps one found before it is
 dropped, and a span inside a ``keep`` pattern's match is never masked (a policy number the
@@ -16,11 +20,17 @@ extractor needs: ``Redactor(keep=[r"PN-\\d+"])``).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .recognizers import date_of_birth
+
 __all__ = [
+    "BIRTH_DATE",
     "CARD",
+    "CARD_DIGITS",
+    "MEMBER_ID",
     "EMAIL",
     "EXPIRY",
     "IBAN",
@@ -29,6 +39,7 @@ __all__ = [
     "SECURITY_CODE",
     "Redactor",
     "luhn_valid",
+    "mask_spans",
     "redact",
 ]
 
@@ -46,6 +57,12 @@ IBAN = "[redacted iban]"
 """What an IBAN (checksum-valid) becomes."""
 REDACTED = "[redacted]"
 """What a match of a custom pattern becomes."""
+BIRTH_DATE = "[redacted date of birth]"
+"""What a date of birth (a date with a year long past, or after "born") becomes."""
+MEMBER_ID = "[redacted id]"
+"""What a member, policy, patient or account id said after its keyword becomes."""
+CARD_DIGITS = "[redacted card digits]"
+"""What the last digits of a card, said after "last four" or "card ending", become."""
 
 Patterns = str | re.Pattern[str] | Iterable[str | re.Pattern[str]]
 _MARKER = re.compile(r"\[(?:card ending \d{4}|redacted[a-z ]*)\]")
@@ -300,6 +317,135 @@ _NOT_A_NAME = frozenset({
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]){11,30}\b", re.IGNORECASE)
 
 
+# -- identity values ---------------------------------------------------------------------------
+
+_M = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec"
+)
+_ORD = (
+    "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
+    "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
+    "thirtieth"
+)
+_U = "one|two|three|four|five|six|seven|eight|nine"
+_T = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+_DAY = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?|(?:twenty|thirty)[- ](?:{_ORD})|{_ORD})"
+_YEAR = (
+    rf"(?:\d{{4}}|'\d{{2}}|\d{{2}}|(?:eighteen|nineteen|twenty)[- ](?:hundred|oh[- ](?:{_U})|"
+    rf"ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|"
+    rf"(?:{_T})(?:[- ](?:{_U}))?)|two thousand(?: and)?(?:[- ](?:(?:{_T})(?:[- ](?:{_U}))?|"
+    rf"ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|{_U}))?|"
+    rf"(?:{_T})(?:[- ](?:{_U}))?|oh[- ](?:{_U}))"
+)
+_SPOKEN_DATE = re.compile(
+    rf"\b(?:(?:{_M})\.?(?: the)? {_DAY},?(?: of)? {_YEAR}|(?:the )?{_DAY}(?: of)? (?:{_M})\.?,? {_YEAR})"
+    r"(?![\w'])",
+    re.IGNORECASE,
+)
+_NUMERIC_DATE = re.compile(r"(?<![\d/.-])\d{1,2}([/.-])\d{1,2}\1(?:\d{4}|\d{2})(?![\d/.-])")
+_BIRTH_KEY = re.compile(r"\b(?:born|birth ?(?:date|day)|date of birth|d\.?o\.?b\.?|dob)\b", re.I)
+_DOB = date_of_birth()
+_NUMBER_WORDS = re.compile(
+    rf"(?:\s*,?\s*(?:\d+|oh|zero|{_U}|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|"
+    rf"seventeen|eighteen|nineteen|(?:{_T})(?:[- ](?:{_U}))?)\b){{3,8}}",
+    re.IGNORECASE,
+)
+_ID_KEY = re.compile(
+    r"\b(?:member(?:ship)?|policy|patient|insurance|subscriber|account|customer|medicare|"
+    r"medicaid|social security|national insurance|nhs|health card|id)(?: (?:id|number|no\.?|#|"
+    r"code))?(?:\s*(?:is|it's|its|:|=|,))*\s*",
+    re.IGNORECASE,
+)
+_ID_TOKEN = re.compile(
+    rf"(?:[a-z](?=[\s,.-]|$)|[a-z]*\d[a-z\d-]*|oh|zero|double|triple|{_U}|ten|(?:{_T}))"
+    r"(?:[\s,.-]+|$)",
+    re.IGNORECASE,
+)
+_CARD_KEY = re.compile(
+    r"\b(?:(?:last|final) (?:four|4)(?: digits)?(?: of (?:my|the) card)?|card ending(?: in)?|"
+    r"ending in)(?:\s*(?:are|is|:|,))*\s*",
+    re.IGNORECASE,
+)
+
+
+def _old_enough(found: str, led: bool) -> bool:
+    """Whether a date with a year is a date of birth: said after "born" / "date of birth", or
+    read as a date of birth at least 13 years ago."""
+    value = _DOB.recognize(found)
+    if value is None:
+        return False
+    return led or int(value.value[:4]) <= time.gmtime().tm_year - 13
+
+
+_MONTH_HINT = re.compile(rf"\b(?:{_M})\b", re.IGNORECASE)
+_ID_HINTS = (
+    "member", "policy", "patient", "insur", "subscriber", "account", "customer", "medic",
+    "security", "nhs", "card", "id",
+)  # fmt: skip
+
+
+def _identities(text: str) -> list[tuple[int, int, str]]:
+    """Dates of birth, ids after their keyword and card digits, however said."""
+    spans: list[tuple[int, int, str]] = []
+    lowered = text.lower()
+    keys = [m.end() for m in _BIRTH_KEY.finditer(text)] if "b" in lowered else []
+
+    def led(at: int) -> bool:
+        return any(0 <= at - k <= 40 for k in keys)
+
+    patterns = []
+    if _MONTH_HINT.search(text):
+        patterns.append(_SPOKEN_DATE)
+    if "/" in text or "." in text or "-" in text:
+        patterns.append(_NUMERIC_DATE)
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            if _old_enough(m.group(), led(m.start())):
+                spans.append((m.start(), m.end(), BIRTH_DATE))
+    for k in keys:
+        m = _NUMBER_WORDS.match(text, k)  # "date of birth is oh three oh three eighty five"
+        if m is not None and not any(a <= k + 3 < b for a, b, _ in spans):
+            start = len(text[: m.start()]) + (len(m.group()) - len(m.group().lstrip(" ,")))
+            spans.append((start, m.end(), BIRTH_DATE))
+    ids = _ID_KEY.finditer(text) if any(h in lowered for h in _ID_HINTS) else ()
+    for m in ids:
+        end, symbols, digits = m.end(), 0, 0
+        for t in _ID_TOKEN.finditer(text, m.end()):
+            if t.start() != end:
+                break
+            word = t.group().strip(" ,.-").lower()
+            symbols += len(word) if any(ch.isdigit() for ch in word) or len(word) == 1 else 1
+            digits += sum(ch.isdigit() for ch in word) + (not word[:1].isdigit() and len(word) > 1)
+            end = t.end()
+        if symbols >= 4 and digits >= 2:
+            spans.append((m.end(), len(text[:end].rstrip(" ,.-")), MEMBER_ID))
+    cards = _CARD_KEY.finditer(text) if "last" in lowered or "ending" in lowered else ()
+    for m in cards:
+        n = _NUMBER_WORDS.match(text, m.end())
+        span = (m.end(), n.end()) if n is not None else None
+        if span is None:
+            d = re.match(r"\d{4}\b", text[m.end() :])
+            span = (m.end(), m.end() + 4) if d else None
+        if span is not None:
+            spans.append((span[0], span[1], CARD_DIGITS))
+    return spans
+
+
+def mask_spans(text: str, spans: Iterable[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, mask)`` span replaced by its mask; a span that
+    overlaps one before it (by start) is dropped."""
+    out, at = [], 0
+    for start, end, mask in sorted(spans):
+        if start < at or end <= start:
+            continue
+        out.append(text[at:start])
+        out.append(mask)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
 def _as_patterns(patterns: Patterns, what: str) -> tuple[re.Pattern[str], ...]:
     if isinstance(patterns, str | re.Pattern):
         patterns = [patterns]
@@ -389,6 +535,8 @@ class Redactor:
         for run in runs:
             if run.spoken and len(run.digits) >= 7:
                 add(run.start, run.end, _digits_mask(run.digits))
+        for start, end, mask in _identities(text):
+            add(start, end, mask)
         lowered = text.lower()
         if runs and any(hint in lowered for hint in _CODE_HINTS):
             for start, end in _codes(text, runs):
@@ -396,16 +544,7 @@ class Redactor:
         if any(hint in lowered for hint in _EXPIRY_HINTS):
             for start, end in _expiries(text, runs):
                 add(start, end, EXPIRY)
-        if not spans:
-            return text
-        spans.sort()
-        out, at = [], 0
-        for start, end, mask in spans:
-            out.append(text[at:start])
-            out.append(mask)
-            at = end
-        out.append(text[at:])
-        return "".join(out)
+        return mask_spans(text, spans) if spans else text
 
     def __repr__(self) -> str:
         masked = [p.pattern for p in self.patterns]
