@@ -34,7 +34,11 @@ from slateflow.conversation import (
 )
 
 DATA = Path(__file__).parent / "data"
-PART_FILES = {"tuning": "spoken.jsonl", "held-out": "spoken_heldout.jsonl", "after": "spoken_after.jsonl"}
+PART_FILES = {
+    "tuning": "spoken.jsonl",
+    "held-out": "spoken_heldout.jsonl",
+    "after": "spoken_after.jsonl",
+}
 NOW = _dt(2025, 6, 11, 10, 0, tzinfo=UTC).timestamp()  # Wednesday 11 June 2025, 10:00 UTC
 PARTS = {"time": ("time",), "date": ("date",), "datetime": ("date", "time")}
 
@@ -103,11 +107,7 @@ def score(case: Case, recognizer: Recognizer | None = None) -> Outcome:
     confidence = None if found is None else found.confidence
     if case.category == "choice":
         offered = case.options["offered"]
-        want = (
-            case.expect
-            if case.expect is None or case.expect == "none"
-            else offered[case.expect]
-        )
+        want = case.expect if case.expect is None or case.expect == "none" else offered[case.expect]
         return Outcome(case, value, confidence, value == want)
     parts = PARTS.get(case.category)
     if parts is None:

@@ -177,7 +177,8 @@ SPOKEN_YEARS = [
 @pytest.mark.parametrize(("text", "year"), SPOKEN_YEARS, ids=ids(SPOKEN_YEARS))
 def test_a_year_said_as_two_numbers_is_one_number_below_0_9(text: str, year: int) -> None:
     found = integer().recognize(text)
-    assert found is not None and found.value == year
+    assert found is not None
+    assert found.value == year
     assert found.confidence < 0.9  # "nineteen ninety" could still be two numbers
 
 

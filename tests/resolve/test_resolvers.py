@@ -386,12 +386,17 @@ async def test_failure_is_one_batch_with_error_status_and_result_removed(state: 
     with pytest.raises(ResolverError):
         await Resolver.fetch("v", source).resolve(state)
     batch = one_batch(state, cursors[0])
-    assert set(batch) == {"v:error", "v:status", "v:result"}
+    assert set(batch) == {"v:error", "v:status", "v:result", "v:failures"}
     assert batch["v:error"].new == "no such booking"
     assert batch["v:status"].new == "error"
+    assert batch["v:failures"].new == 1  # failures in a row: failed("v", times=n) reads it
     assert batch["v:result"].removed
     assert "v:result" not in state
-    assert state.items("v:") == [("v:status", "error"), ("v:error", "no such booking")]
+    assert state.items("v:") == [
+        ("v:status", "error"),
+        ("v:error", "no such booking"),
+        ("v:failures", 1),
+    ]
     assert state.version("other") == 1
 
 
@@ -406,7 +411,14 @@ async def test_failure_without_earlier_result_writes_error_and_status(state: Sta
     with pytest.raises(ResolverError):
         await Resolver.fetch("v", source).resolve(state)
     batch = one_batch(state, cursors[0])
-    assert set(batch) == {"v:error", "v:status"}
+    assert set(batch) == {"v:error", "v:status", "v:failures"}
+
+
+def _raising(message: str) -> Any:
+    async def source(s: State) -> Any:
+        raise RuntimeError(message)
+
+    return source
 
 
 @pytest.mark.anyio
@@ -422,20 +434,24 @@ async def test_success_after_failure_and_failure_after_success(state: State) -> 
     resolver = Resolver.fetch("v", source)
     with pytest.raises(ResolverError):
         await resolver.resolve(state)
-    assert state.pick("v:status", "v:result", "v:error") == {
+    assert state.pick("v:status", "v:result", "v:error", "v:failures") == {
         "v:status": "error",
         "v:error": "first fails",
+        "v:failures": 1,
     }
     assert await resolver.resolve(state) == "second works"
-    assert state.pick("v:status", "v:result", "v:error") == {
+    assert state.pick("v:status", "v:result", "v:error", "v:failures") == {
         "v:status": "done",
         "v:result": "second works",
     }
     with pytest.raises(ResolverError):
         await resolver.resolve(state)
-    assert state.pick("v:status", "v:result", "v:error") == {
+    with pytest.raises(ResolverError):
+        await Resolver.fetch("v", _raising("again")).resolve(state)
+    assert state.pick("v:status", "v:result", "v:error", "v:failures") == {
         "v:status": "error",
-        "v:error": "third fails",
+        "v:error": "again",
+        "v:failures": 2,  # two in a row since the success: failed("v", times=2) holds
     }
 
 
@@ -817,9 +833,9 @@ async def test_fetch_returning_a_non_json_value_is_an_error(state: State, value:
     assert "v:result" in state.get("v:error")
     # One batch after the start: the error, the status and the removal of the old result.
     batch = one_batch(state, cursors[0])
-    assert set(batch) == {"v:error", "v:status", "v:result"}
+    assert set(batch) == {"v:error", "v:status", "v:result", "v:failures"}
     assert batch["v:result"].removed
-    assert state.keys() == ["other", "v:status", "v:error"]
+    assert state.keys() == ["other", "v:status", "v:error", "v:failures"]
     assert state.version("other") == 1
 
 

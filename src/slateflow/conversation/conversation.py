@@ -217,7 +217,9 @@ class Conversation:
                 try:
                     spans += read(self.state, text)
                 except Exception as exc:
-                    log.error("slateflow conversation: extractor %r failed", hook.name, exc_info=exc)
+                    log.error(
+                        "slateflow conversation: extractor %r failed", hook.name, exc_info=exc
+                    )
                     self._runtime.report(hook, exc)
         masked = mask_spans(text, spans) if spans else text
         return self.redact(masked) if self.redact is not None else masked

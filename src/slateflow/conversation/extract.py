@@ -258,8 +258,9 @@ class TurnExtractor:
                 else d
                 for d in decisions
             ]
-            proposed = {k: SECRET_MASK if k in secret and v is not None else v
-                        for k, v in proposed.items()}
+            proposed = {
+                k: SECRET_MASK if k in secret and v is not None else v for k, v in proposed.items()
+            }
         result = ExtractionResult(self.name, tuple(decisions), proposed)
         self.remember(result)
         return result

@@ -30,11 +30,11 @@ __all__ = [
     "BIRTH_DATE",
     "CARD",
     "CARD_DIGITS",
-    "MEMBER_ID",
     "EMAIL",
     "EXPIRY",
     "IBAN",
     "LONG_NUMBER",
+    "MEMBER_ID",
     "REDACTED",
     "SECURITY_CODE",
     "Redactor",
@@ -339,8 +339,8 @@ _YEAR = (
     rf"(?:{_T})(?:[- ](?:{_U}))?|oh[- ](?:{_U}))"
 )
 _SPOKEN_DATE = re.compile(
-    rf"\b(?:(?:{_M})\.?(?: the)? {_DAY},?(?: of)? {_YEAR}|(?:the )?{_DAY}(?: of)? (?:{_M})\.?,? {_YEAR})"
-    r"(?![\w'])",
+    rf"\b(?:(?:{_M})\.?(?: the)? {_DAY},?(?: of)? {_YEAR}"
+    rf"|(?:the )?{_DAY}(?: of)? (?:{_M})\.?,? {_YEAR})(?![\w'])",
     re.IGNORECASE,
 )
 _NUMERIC_DATE = re.compile(r"(?<![\d/.-])\d{1,2}([/.-])\d{1,2}\1(?:\d{4}|\d{2})(?![\d/.-])")
@@ -404,10 +404,10 @@ def _identities(text: str) -> list[tuple[int, int, str]]:
             if _old_enough(m.group(), led(m.start())):
                 spans.append((m.start(), m.end(), BIRTH_DATE))
     for k in keys:
-        m = _NUMBER_WORDS.match(text, k)  # "date of birth is oh three oh three eighty five"
-        if m is not None and not any(a <= k + 3 < b for a, b, _ in spans):
-            start = len(text[: m.start()]) + (len(m.group()) - len(m.group().lstrip(" ,")))
-            spans.append((start, m.end(), BIRTH_DATE))
+        said = _NUMBER_WORDS.match(text, k)  # "date of birth is oh three oh three eighty five"
+        if said is not None and not any(a <= k + 3 < b for a, b, _ in spans):
+            lead = len(said.group()) - len(said.group().lstrip(" ,"))
+            spans.append((said.start() + lead, said.end(), BIRTH_DATE))
     ids = _ID_KEY.finditer(text) if any(h in lowered for h in _ID_HINTS) else ()
     for m in ids:
         end, symbols, digits = m.end(), 0, 0

@@ -37,10 +37,12 @@ from .guard_base import (
     not_,
 )
 from .guards import (
+    active,
     always,
     called_ok,
     captured,
     done,
+    entered,
     failed,
     fresh,
     is_set,
@@ -95,6 +97,7 @@ __all__ = [
     "Verdict",
     "Violation",
     "VoiceTiming",
+    "active",
     "all_",
     "always",
     "any_",
@@ -106,6 +109,7 @@ __all__ = [
     "custom",
     "done",
     "edge",
+    "entered",
     "eq",
     "escalate_key",
     "failed",

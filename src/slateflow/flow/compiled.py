@@ -111,12 +111,13 @@ class StepRt:
 class ResetRt:
     """A reset constraint compiled: its guard and the steps it re-opens."""
 
-    __slots__ = ("guard", "marking", "targets")
+    __slots__ = ("clear", "guard", "marking", "targets")
 
-    def __init__(self, guard: Guard, targets: tuple[int, ...]) -> None:
+    def __init__(self, guard: Guard, targets: tuple[int, ...], clear: tuple[str, ...]) -> None:
         self.guard = guard
         self.marking = guard.reads_marking()
         self.targets = targets
+        self.clear = clear
 
 
 class CompiledFlow:
@@ -195,7 +196,7 @@ class CompiledFlow:
                 if i not in targets:
                     targets.add(i)
                     stack.extend(after_me[i])
-            self.resets.append(ResetRt(c.when, tuple(sorted(targets))))
+            self.resets.append(ResetRt(c.when, tuple(sorted(targets)), c.clear))
             for key in c.when.keys_read():
                 key_resets.setdefault(key, set()).add(r)
             refs = c.when.marking_refs()

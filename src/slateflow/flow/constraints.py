@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import FlowDefinitionError
+from ..errors import FlowDefinitionError, SlateError
+from ..state.keys import check_key as _check_key
 from ..state.keys import unprintable
 from .guard_base import Guard
 
@@ -77,10 +79,12 @@ class Require(Constraint):
 
 @dataclass(frozen=True, slots=True)
 class Reset(Constraint):
-    """When ``when`` becomes true, ``steps`` (and every step after them) are re-opened."""
+    """When ``when`` becomes true, ``steps`` (and every step after them) are re-opened, and
+    the keys in ``clear`` (exact keys, or prefixes ending in ``*``) are removed first."""
 
     steps: tuple[str, ...]
     when: Guard
+    clear: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,29 +136,59 @@ def require(*steps: str) -> Require:
 class _ResetBuilder:
     """``reset(*steps)`` waiting for its ``.when(guard)``."""
 
-    __slots__ = ("steps",)
+    __slots__ = ("clear", "steps")
 
-    def __init__(self, steps: tuple[str, ...]) -> None:
+    def __init__(self, steps: tuple[str, ...], clear: tuple[str, ...]) -> None:
         self.steps = steps
+        self.clear = clear
 
     def when(self, guard: Guard) -> Reset:
         """Re-open the steps each time ``guard`` goes from false to true."""
-        return Reset(self.steps, _guard(guard, f"reset{self.steps!r}.when()"))
+        return Reset(self.steps, _guard(guard, f"reset{self.steps!r}.when()"), self.clear)
 
     def __repr__(self) -> str:
         return f"reset{self.steps!r} (call .when(guard) to finish it)"
 
 
-def reset(*steps: str) -> _ResetBuilder:
+def check_key(key: str) -> None:
+    try:
+        _check_key(key)
+    except SlateError as exc:
+        raise FlowDefinitionError(f"reset(clear=...): {exc}") from None
+
+
+def _clear_key(value: object) -> str:
+    if type(value) is not str or not value or value == "*":
+        raise FlowDefinitionError(
+            f"reset(clear=...) holds state keys or prefixes such as 'patient:*', got {value!r}"
+        )
+    if "*" in value[:-1]:
+        raise FlowDefinitionError(
+            f"reset(clear=...): {value!r} may end in '*' (a prefix) but holds no other '*'"
+        )
+    check_key(value[:-1] + "x" if value.endswith("*") else value)  # a prefix: any key under it
+    return value
+
+
+def reset(*steps: str, clear: Iterable[str] = ()) -> _ResetBuilder:
     """Start ``reset(*steps).when(guard)``: re-open done steps when the guard turns true.
 
     Each time ``guard`` goes from false to true, the steps and every step after them (by
     ``after`` edges) are no longer done; they are entered again, ``on_enter`` included, as their
     guards allow. A caller changing their mind ("actually, make it Wednesday") is the usual case.
+
+    ``clear`` names keys removed (as the flow, in one batch) before the steps are decided
+    again: the answers a retry must ask for again (``clear=["patient:name", "patient:dob"]``,
+    or a prefix, ``"patient:*"``). Without it, a re-opened step whose ``done`` keys are still
+    set passes straight through, and the steps after it run again with the old values.
     """
     if not steps:
         raise FlowDefinitionError("reset() needs at least one step id")
-    return _ResetBuilder(tuple(_name(s, "reset(step)") for s in steps))
+    keys = [clear] if isinstance(clear, str) else list(clear)
+    return _ResetBuilder(
+        tuple(_name(s, "reset(step)") for s in steps),
+        tuple(dict.fromkeys(_clear_key(k) for k in keys)),
+    )
 
 
 def commit(tool: str, until: Guard) -> Commit:

@@ -45,21 +45,25 @@ class Marking:
     the steps whose postures reached the model.
 
     ``done`` holds step ids; ``tools_ok`` counts successful calls per tool name; ``told`` holds
-    the steps whose posture was handed to the model since they were last entered, and ``flow``
-    names the flow whose marking it is. Guards that read it (``done``, ``called_ok``, ``told``)
-    see the runner's marking; evaluated without a runner they see :data:`EMPTY_MARKING`.
+    the steps whose posture was handed to the model since they were last entered, ``flow``
+    names the flow whose marking it is, and ``entries`` counts how many times each step was
+    entered (a reset that re-opens a step lets it be entered again: a retry). Guards that
+    read it (``done``, ``called_ok``, ``told``, ``entered``) see the runner's marking;
+    evaluated without a runner they see :data:`EMPTY_MARKING`.
     """
 
     done: frozenset[str] = frozenset()
     tools_ok: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     told: frozenset[str] = frozenset()
     flow: str = ""
+    entries: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         # Copies: changing the dict or set it was made from must not change the marking.
         object.__setattr__(self, "done", frozenset(self.done))
         object.__setattr__(self, "tools_ok", MappingProxyType(dict(self.tools_ok)))
         object.__setattr__(self, "told", frozenset(self.told))
+        object.__setattr__(self, "entries", MappingProxyType(dict(self.entries)))
 
 
 EMPTY_MARKING = Marking()

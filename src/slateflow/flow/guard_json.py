@@ -14,10 +14,12 @@ from ..errors import GuardFormatError
 from .comparisons import between, eq, ge, gt, le, lt
 from .guard_base import Guard, all_, any_, guard_key, json_kind, not_
 from .guards import (
+    active,
     always,
     called_ok,
     captured,
     done,
+    entered,
     failed,
     fresh,
     is_set,
@@ -84,6 +86,18 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
         for i, k in enumerate(keys):
             guard_key(k, f"{path}.keys[{i}]")
         return captured(*keys)
+    if op in ("failed", "entered") and "times" in node:
+        one = _FIELDS[op][0]
+        value, times = _field(node, one, path), node["times"]
+        if type(value) is not str or type(times) is not int:
+            raise GuardFormatError(f"{path}: {op} takes a {one} and a whole number of times")
+        return failed(value, times) if op == "failed" else entered(value, times)
+    if op == "active":
+        step = _field(node, "step", path)
+        where = node.get("flow")
+        if type(step) is not str or (where is not None and type(where) is not str):
+            raise GuardFormatError(f"{path}: active takes a step id and an optional flow name")
+        return active(step, where)
     if op == "told":
         step = _field(node, "step", path)
         where = node.get("flow")
@@ -128,6 +142,7 @@ _MAKERS: dict[str, Callable[[str], Guard]] = {
     "done": done,
     "resolved": resolved,
     "failed": failed,
+    "entered": entered,
     "pending": pending,
     "fresh": fresh,
 }
@@ -146,8 +161,10 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "called_ok": ("tool",),
     "done": ("step",),
     "told": ("step", "flow"),
+    "active": ("step", "flow"),
+    "entered": ("step", "times"),
     "resolved": ("name",),
-    "failed": ("name",),
+    "failed": ("name", "times"),
     "pending": ("name",),
     "fresh": ("name",),
     "all": ("of",),

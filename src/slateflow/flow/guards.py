@@ -30,10 +30,13 @@ if TYPE_CHECKING:
     from ..state import State
 
 __all__ = [
+    "active",
+    "active_key",
     "always",
     "called_ok",
     "captured",
     "done",
+    "entered",
     "failed",
     "fresh",
     "is_set",
@@ -363,9 +366,13 @@ def resolved(name: str) -> Guard:
     return _Resolved(_resolver(name, "resolved name"))
 
 
-def failed(name: str) -> Guard:
-    """Resolver ``name``'s last run failed: ``<name>:status`` is ``"error"``."""
-    return _Failed(_resolver(name, "failed name"))
+def failed(name: str, times: int = 1) -> Guard:
+    """Resolver ``name``'s last run failed: ``<name>:status`` is ``"error"``; with ``times``,
+    its last ``times`` runs in a row failed (``<name>:failures``, which a success removes):
+    ``failed("find_patient", times=2)`` hands off after a second miss."""
+    resolver = _resolver(name, "failed name")
+    n = _times(times, f"failed({name!r})")
+    return _Failed(resolver) if n == 1 else _FailedTimes(resolver, n)
 
 
 def pending(name: str) -> Guard:
@@ -377,3 +384,120 @@ def fresh(name: str) -> Guard:
     """Resolver ``name`` has a result younger than its ttl
     (``slateflow.resolve.is_fresh(state, name)``)."""
     return _Fresh(_resolver(name, "fresh name"))
+
+
+# -- retries: counts and the active step --------------------------------------------------------
+
+
+def _times(times: object, what: str) -> int:
+    if type(times) is not int or times < 1:
+        raise GuardFormatError(f"{what}: times is a whole number >= 1, got {times!r}")
+    return times
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _FailedTimes(_NameAtom):
+    op: ClassVar[str] = "failed"
+    times: int = 2
+
+    def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
+        n = state.get(f"{self.name}:failures", 0)
+        return type(n) is int and n >= self.times
+
+    def keys_read(self) -> frozenset[str]:
+        return frozenset([f"{self.name}:failures"])
+
+    def describe(self) -> str:
+        return f"'{self.name}' must have failed {self.times} times in a row"
+
+    def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
+        n = state.get(f"{self.name}:failures", 0)
+        return Explanation(self.evaluate(state, marking), f"{self.describe()}: {n} so far")
+
+    def _node(self, path: str) -> dict[str, Any]:
+        return {"op": self.op, "name": self.name, "times": self.times}
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _Entered(Guard):
+    op: ClassVar[str] = "entered"
+    step: str
+    times: int = 1
+
+    def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
+        return marking.entries.get(self.step, 0) >= self.times
+
+    def keys_read(self) -> frozenset[str]:
+        return frozenset()
+
+    def reads_marking(self) -> bool:
+        return True
+
+    def marking_refs(self) -> MarkingRefs:
+        return MarkingRefs(steps=frozenset([self.step]))
+
+    def describe(self) -> str:
+        return f"step '{self.step}' must have been entered {self.times} time(s)"
+
+    def explain(self, state: State, marking: Marking = EMPTY_MARKING) -> Explanation:
+        n = marking.entries.get(self.step, 0)
+        return Explanation(self.evaluate(state, marking), f"{self.describe()}: {n} so far")
+
+    def _node(self, path: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"op": self.op, "step": self.step}
+        if self.times != 1:
+            node["times"] = self.times
+        return node
+
+
+def active_key(flow: str) -> str:
+    """Where a running flow records its active steps."""
+    return f"flow:{flow}:active"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _Active(Guard):
+    op: ClassVar[str] = "active"
+    step: str
+    flow: str | None = None
+
+    def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
+        if self.flow is not None:
+            keys = [active_key(self.flow)]
+        else:
+            keys = [k for k in state.keys("flow:") if k.endswith(":active")]
+        for key in keys:
+            steps = state.get(key)
+            if isinstance(steps, list) and self.step in steps:
+                return True
+        return False
+
+    def keys_read(self) -> frozenset[str]:
+        return frozenset() if self.flow is None else frozenset([active_key(self.flow)])
+
+    def describe(self) -> str:
+        where = f" of flow '{self.flow}'" if self.flow is not None else ""
+        return f"step '{self.step}'{where} must be active"
+
+    def _node(self, path: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"op": self.op, "step": self.step}
+        if self.flow is not None:
+            node["flow"] = self.flow
+        return node
+
+
+def entered(step: str, times: int = 1) -> Guard:
+    """Step ``step`` has been entered at least ``times`` times (the runner's marking): each
+    reset that re-opens it lets it be entered again, so ``entered("ask_again", times=2)``
+    says the caller was asked twice."""
+    return _Entered(guard_name(step, "entered step"), _times(times, f"entered({step!r})"))
+
+
+def active(step: str, flow: str | None = None) -> Guard:
+    """Step ``step`` is active now (read from ``flow:<flow>:active``; without ``flow``, in
+    any running flow). For promotion rules: ``keep_known().accept_when(active("pick_slot"))``
+    takes an answer only while its question is the one being asked. Inside a flow's own
+    guards, prefer ``done`` and edges: a guard on the flow's own active steps would chase
+    itself."""
+    named = None if flow is None else guard_name(flow, "active flow")
+    return _Active(guard_name(step, "active step"), named)

@@ -121,12 +121,14 @@ class Machine:
         "_turn_no",
         "active",
         "active_ids",
+        "clearing",
         "complete",
         "dirty",
         "done",
         "done_ids",
         "ended",
         "entered",
+        "entries",
         "escalated",
         "name",
         "over",
@@ -150,6 +152,8 @@ class Machine:
         self.done = [False] * n
         self.active = [False] * n
         self.entered = [False] * n
+        self.entries: dict[int, int] = {}  # step -> how many times it was entered
+        self.clearing: list[str] = []  # keys a fired reset clears before the latch goes on
         self.tools_ok: dict[str, int] = {}
         self.told: dict[int, int] = {}  # step -> the user turn its posture reached the model
         self.over = False  # complete, and its closing words were handed to the model
@@ -300,6 +304,7 @@ class Machine:
                 self.tools_ok,
                 frozenset(steps[i].id for i in self.told),
                 self.name,
+                {steps[i].id: n for i, n in self.entries.items()},
             )
             self._marking = marking
         return marking
@@ -335,6 +340,10 @@ class Machine:
                 self._dirty_resets.clear()
                 for r in dirty:
                     self._check_reset(r, fired, events)
+                if self.clearing:
+                    # The runner removes the keys, then latches on: the steps re-opened must
+                    # not pass straight through on the answers being cleared.
+                    return events
             if not heap:
                 break
             if ends:
@@ -391,7 +400,14 @@ class Machine:
                     self._entered_turn[i] = self._turn_no
                 if not self.entered[i]:
                     self.entered[i] = True
+                    self.entries[i] = self.entries.get(i, 0) + 1
                     self.dirty |= RECORD
+                    self._marking = None
+                    plan = self.plan
+                    for j in plan.on_done[i]:  # guards on this step's marking: entered(...)
+                        self._push(j)
+                    if plan.reset_on_done[i]:
+                        self._dirty_resets.update(plan.reset_on_done[i])
                     events.append(("enter", i))
                 else:
                     events.append(("active", i))
@@ -489,6 +505,7 @@ class Machine:
         fired.add(r)
         for i in reset.targets:
             self._reopen(i, events)
+        self.clearing.extend(reset.clear)
 
     def _reopen(self, i: int, events: list[Event]) -> None:
         """Make step ``i`` not done, not active and not entered (its on_enter re-armed), forget

@@ -94,6 +94,26 @@ class Progress:
         except SlateError as exc:
             log.error("flow %r: its progress keys could not be written: %s", m.name, exc)
 
+    def clear(self, patterns: list[str]) -> list[str]:
+        """Remove the keys a reset clears (exact keys, or prefixes ending in ``*``), as the
+        flow, in one commit delivered with the progress keys; returns the keys removed."""
+        state = self.state
+        keys: dict[str, None] = {}
+        for pattern in patterns:
+            if pattern.endswith("*"):
+                keys.update(dict.fromkeys(state.keys(pattern[:-1])))
+            elif pattern in state:
+                keys[pattern] = None
+        if keys:
+            try:
+                state.engine.commit_owned({}, list(keys), self.stamp, "flow", deliver=False)
+            except SlateError as exc:
+                log.error(
+                    "flow %r: a reset could not clear %s: %s", self.machine.name, list(keys), exc
+                )
+                return []
+        return list(keys)
+
     def interrupted(self, session: Session | None) -> list[int]:
         """Active steps whose ``on_enter`` run did not complete before the restart (never
         started, in flight, or cancelled by the session closing), claimed for re-dispatch."""
@@ -133,6 +153,7 @@ def marking_record(m: Machine) -> dict[str, Any]:
     steps = m.steps
     return {
         "entered": [steps[i].id for i, e in enumerate(m.entered) if e],
+        "entries": {steps[i].id: n for i, n in sorted(m.entries.items())},
         "tools": dict(m.tools_ok),
         "escalated": [steps[i].id for i in sorted(m.escalated)],
         "stuck": {steps[i].id: n for i, n in sorted(m.stuck.items())},
@@ -174,6 +195,8 @@ def restore_marking(m: Machine, record: Any, done: Any, told: Any, where: str) -
             m.escalated.add(index(step))
         for step, count in record["stuck"].items():
             m.stuck[index(step)] = int(count)
+        for step, count in record.get("entries", {}).items():
+            m.entries[index(step)] = int(count)
     except (AttributeError, TypeError, ValueError) as exc:
         raise RecoveryError(f"{where} is malformed ({exc}); remove the key") from None
     if isinstance(told, list):

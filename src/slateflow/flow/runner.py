@@ -197,6 +197,12 @@ class FlowRunner:
         if feed is not None:
             feed(*args)
         events = [] if self._paused else m.latch()
+        while m.clearing:
+            # A reset with clear=...: remove its keys, then decide the re-opened steps on
+            # the State without them.
+            patterns, m.clearing = m.clearing, []
+            m.changed(self._progress.clear(patterns))
+            events += m.latch()
         if events and self._progress.durable:
             self._progress.note(events)
         if m.dirty:

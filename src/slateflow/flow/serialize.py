@@ -107,7 +107,10 @@ def _constraint_node(c: Constraint, path: str) -> dict[str, Any]:
         return {"kind": "require", "steps": list(c.steps)}
     if isinstance(c, Reset):
         when = _guard_node(c.when, f"{path}.when")
-        return {"kind": "reset", "steps": list(c.steps), "when": when}
+        node = {"kind": "reset", "steps": list(c.steps), "when": when}
+        if c.clear:
+            node["clear"] = list(c.clear)
+        return node
     if isinstance(c, Commit):
         return {"kind": "commit", "tool": c.tool, "until": _guard_node(c.until, f"{path}.until")}
     raise FlowFormatError(f"{path}: {c!r} is not a known constraint")
@@ -316,7 +319,8 @@ def _read_constraint(data: Any, path: str) -> Constraint:
             return require(*steps)
         when = node.guard("when", required=True)
         assert when is not None
-        return reset(*steps).when(when)
+        clear = node.names("clear") if node.has("clear") else []
+        return reset(*steps, clear=clear).when(when)
     except FlowDefinitionError as exc:
         raise FlowFormatError(f"{path}: {exc}") from None
 
@@ -326,7 +330,7 @@ _CONSTRAINT_FIELDS: dict[str, tuple[str, ...]] = {
     "before": ("first", "then"),
     "never": ("tool", "until"),
     "require": ("steps",),
-    "reset": ("steps", "when"),
+    "reset": ("steps", "when", "clear"),
     "commit": ("tool", "until"),
 }
 

@@ -165,9 +165,10 @@ class Resolver:
 
     - at start ``<name>:status = "running"``;
     - on success, in one batch: ``<name>:result``, ``<name>:status = "done"``, and
-      ``<name>:error`` removed;
+      ``<name>:error`` and ``<name>:failures`` removed;
     - on failure (after retries), in one batch: ``<name>:error`` (a readable message),
-      ``<name>:status = "error"``, and ``<name>:result`` removed;
+      ``<name>:status = "error"``, ``<name>:failures`` (runs in a row that failed, counting
+      this one), and ``<name>:result`` removed;
     - on cancellation ``<name>:status = "cancelled"``.
 
     Options (all keyword-only): ``reads`` (keys the source depends on; their versions at start are
@@ -193,6 +194,7 @@ class Resolver:
         "check",
         "debounce",
         "error_key",
+        "failures_key",
         "kind",
         "name",
         "on_conflict",
@@ -256,6 +258,9 @@ class Resolver:
         self.result_key = result_key(name)
         self.error_key = error_key(name)
         self.status_key = status_key(name)
+        self.failures_key = f"{name}:failures"
+        """``<name>:failures``: how many runs in a row ended in an error (removed by a run
+        that succeeds); ``failed(name, times=n)`` reads it."""
         self.partial_key: str | None = None
         """``<name>:partial`` for a streaming llm resolver (removed when a run ends), else
         None."""

@@ -518,9 +518,8 @@ class Run:
                 writes[resolver.status_key] = "done"
             try:
                 # An equal value from a new run is still written: its age and inputs are new.
-                self.outcome_seq = self._commit(
-                    writes, (resolver.error_key, *self._partial()), meta, resolver.refresh_result
-                )
+                removes = (resolver.error_key, *self._partial(), *self._failures())
+                self.outcome_seq = self._commit(writes, removes, meta, resolver.refresh_result)
                 return
             except SlateError as exc:
                 self.exception = exc
@@ -534,6 +533,8 @@ class Run:
             writes = {resolver.error_key: self.error}
             if status:
                 writes[resolver.status_key] = "error"
+                failures = self.state.get(resolver.failures_key, 0)
+                writes[resolver.failures_key] = (failures if type(failures) is int else 0) + 1
             try:
                 self.outcome_seq = self._commit(
                     writes, (resolver.result_key, *self._partial()), meta, resolver.refresh_error
@@ -552,6 +553,11 @@ class Run:
                 self.outcome_seq = self._commit({resolver.status_key: self.status}, removes, meta)
             except SlateError as exc:
                 log.error("resolver %r: its status could not be written: %s", self.name, exc)
+
+    def _failures(self) -> tuple[str, ...]:
+        # A success ends a run of failures: "failed twice" counts failures in a row.
+        key = self.resolver.failures_key
+        return (key,) if key in self.state else ()
 
     def _partial(self) -> tuple[str, ...]:
         # A streaming run's answer so far goes with it: it was never the result.

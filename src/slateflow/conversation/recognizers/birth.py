@@ -42,7 +42,7 @@ class _DateOfBirth(Recognizer):
         numeric = numeric_date(raw, today, self.day_first, True)
         if numeric is False:
             return None
-        if numeric is not None and numeric is not True:
+        if numeric is not None:
             if not numeric.year_said:
                 return None  # "3/3" with no year: not a date of birth
             d = numeric.day
@@ -51,7 +51,7 @@ class _DateOfBirth(Recognizer):
         named = month_date(s, today, True)
         if named is False:
             return None  # an impossible date ("February 29th, 1991")
-        if named is not None and named is not True:
+        if named is not None:
             d = named.day
             if not named.year_said:
                 return None, d.month, d.day, 0.9

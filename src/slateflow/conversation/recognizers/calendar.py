@@ -14,7 +14,7 @@ import contextlib
 import re
 from datetime import date as _date
 from datetime import timedelta
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from .words import ORDINALS, SCALES, TENS, UNITS, cached, number_words
 
@@ -43,7 +43,9 @@ _FILLERS = frozenset(["uh", "um", "umm", "er", "erm", "uhm", "hmm", "ah", "eh"])
 
 ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 # 14/6, 6/14/2025, 03.03.1985, 3-3-85: "." and "-" only with a year (7.30 is a time).
-NUMERIC_DATE = re.compile(r"\b(\d{1,2})(?:/(\d{1,2})(?:/(\d{4}|\d{2}))?|([.-])(\d{1,2})\4(\d{4}|\d{2}))\b")
+NUMERIC_DATE = re.compile(
+    r"\b(\d{1,2})(?:/(\d{1,2})(?:/(\d{4}|\d{2}))?|([.-])(\d{1,2})\4(\d{4}|\d{2}))\b"
+)
 _PRICE = re.compile(
     r"[$€£]\s?\d(?:[\d,]*\d)?(?:\.\d+)?|\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:[$€£]|"
     r"(?:usd|eur|gbp|dollars?|euros?|pounds?|bucks?|quid|cents|pence)\b)"
@@ -220,13 +222,15 @@ class Dated(NamedTuple):
 
 def numeric_date(
     raw: str, today: _date, day_first: bool | None, two_digit: bool
-) -> Dated | None | bool:
+) -> Dated | Literal[False] | None:
     """A date written with digits; None when there is none, False when there is one that
     cannot be read (an impossible date, or one whose order is not known)."""
     m = ISO_DATE.search(raw) if "-" in raw else None
     if m:
         try:
-            return Dated(_date(int(m.group(1)), int(m.group(2)), int(m.group(3))), -1, "exact", True)
+            return Dated(
+                _date(int(m.group(1)), int(m.group(2)), int(m.group(3))), -1, "exact", True
+            )
         except ValueError:
             return False
     m = NUMERIC_DATE.search(raw) if ("/" in raw or "." in raw or "-" in raw) else None
@@ -253,8 +257,8 @@ def numeric_date(
     return Dated(found, -1, "exact", True)
 
 
-def month_date(s: str, today: _date, two_digit: bool) -> Dated | None | bool:
-    """"14 June", "June the 14th", with a year if one follows ("March 3rd, 1985")."""
+def month_date(s: str, today: _date, two_digit: bool) -> Dated | Literal[False] | None:
+    """ "14 June", "June the 14th", with a year if one follows ("March 3rd, 1985")."""
     for pattern, day_group, month_group in ((_DAY_MONTH, 1, 2), (_MONTH_DAY, 2, 1)):
         m = pattern.search(s)
         if m is None:
@@ -269,8 +273,8 @@ def month_date(s: str, today: _date, two_digit: bool) -> Dated | None | bool:
             return Dated(found, m.start(), "exact", True, (m.end(), year[1]))
         if pattern is _MONTH_DAY and s[m.end() : m.end() + 2][1:].isdigit():
             continue  # "may 4 7": not a date (a year would have been read above)
-        found = _next_date(today, month, day)
-        return Dated(found, m.start(), "exact") if found is not None else False
+        upcoming = _next_date(today, month, day)
+        return Dated(upcoming, m.start(), "exact") if upcoming is not None else False
     return None
 
 

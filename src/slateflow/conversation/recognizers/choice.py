@@ -34,13 +34,16 @@ _ORDINAL_WORDS = {
     "10th": 10, "last": -1, "final": -1, "latter": -1, "former": 1, "middle": 0,
 }  # fmt: skip
 _ORDINAL = re.compile(
-    r"(?<![a-z0-9'])(?:(the|that|this) )?(" + "|".join(sorted(_ORDINAL_WORDS, key=len, reverse=True))
+    r"(?<![a-z0-9'])(?:(the|that|this) )?("
+    + "|".join(sorted(_ORDINAL_WORDS, key=len, reverse=True))
     + r")(?![a-z0-9'])( (?:one|option|slot|choice|time|appointment|day|of (?:them|those|these)))?",
     re.IGNORECASE,
 )
 # "a second", "one second", "first thing", "at first": not picks.
 _NOT_PICK = re.compile(r"\b(?:a|one|just a) second\b|\bfirst thing\b|\bat first\b|\bfirst of all\b")
-_NUMBERED = re.compile(r"\b(?:option|number|choice|slot|no\.?|#) ?([a-z]+|\d{1,2})\b", re.IGNORECASE)
+_NUMBERED = re.compile(
+    r"\b(?:option|number|choice|slot|no\.?|#) ?([a-z]+|\d{1,2})\b", re.IGNORECASE
+)
 _QUESTION = re.compile(
     r"\?|^\s*(?:do|does|did|is|are|can|could|would|will|what|when|where|which|how|have|has)\b"
     r"(?! (?:i|we) (?:do|have|get|take|go|book|pick|grab)\b)",
@@ -178,9 +181,9 @@ class _Choice(Recognizer):
                 if index is not None:
                     sure = 0.9 if m.group(1) or m.group(3) else 0.85
                     return Recognition(options[index].value, sure)
-        m = _NUMBERED.search(said)
-        if m is not None:
-            word = m.group(1)
+        numbered = _NUMBERED.search(said)
+        if numbered is not None:
+            word = numbered.group(1)
             k = int(word) if word.isdigit() else (number_words((word,), 0) or (0, 0))[0]
             if 1 <= k <= n:
                 return Recognition(options[k - 1].value, 0.9)
@@ -212,7 +215,9 @@ class _Choice(Recognizer):
         for part, (low, high) in _PARTS.items():
             if part in words:
                 constrained = True
-                candidates = [o for o in candidates if o.minute is not None and low <= o.minute < high]
+                candidates = [
+                    o for o in candidates if o.minute is not None and low <= o.minute < high
+                ]
         named = [o for o in candidates if o.words & words]
         if any(o.words & words for o in options):
             constrained = True

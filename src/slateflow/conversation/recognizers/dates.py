@@ -8,7 +8,6 @@ else the business-hours window does, and the value says so (``"inferred": ["meri
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time as _time
 from collections.abc import Callable
@@ -408,4 +407,6 @@ def datetime(
         raise ValueError(f"datetime() business_hours is an empty window: {business_hours!r}")
     if day_first not in (None, True, False):
         raise ValueError(f"datetime() day_first is True, False or None, got {day_first!r}")
-    return _DateTime(now if now is not None else _time.time, tz, window, bool(hour_alone), day_first)
+    return _DateTime(
+        now if now is not None else _time.time, tz, window, bool(hour_alone), day_first
+    )

@@ -114,9 +114,13 @@ _LEAD_FILLERS = r"(?:(?:uh|um|oh|well|so|i mean)[,.]? )*"
 _YEAH_NO = re.compile(
     rf"^{_LEAD_FILLERS}(?:yeah|yes|yep|yea|ya)[,.]?(?: |\.\.\.)*no+[,.!]*(?:\s+(.*))?$"
 )
-_NO_YEAH = re.compile(rf"^{_LEAD_FILLERS}(?:no|nah)[,.]?(?: |\.\.\.)*(?:yeah|yes)[,.!]*(?:\s+(.*))?$")
+_NO_YEAH = re.compile(
+    rf"^{_LEAD_FILLERS}(?:no|nah)[,.]?(?: |\.\.\.)*(?:yeah|yes)[,.!]*(?:\s+(.*))?$"
+)
 # "go ahead and cancel it" agrees to what was asked, whatever the verb.
-_GO_AHEAD = re.compile(r"\b(?:go ahead and|please go ahead and|yes,? please) (?!not\b|don'?t\b)[a-z']+")
+_GO_AHEAD = re.compile(
+    r"\b(?:go ahead and|please go ahead and|yes,? please) (?!not\b|don'?t\b)[a-z']+"
+)
 # "I'm good" / "I'm all set" decline an offer ("I'm good with that" agrees).
 _DECLINE = re.compile(
     r"(?<![a-z'])(?:i'?m|i am) (?:good|all set|ok|okay|fine)(?: thanks| thank you)?"
@@ -214,7 +218,7 @@ def yes_no() -> Recognizer:
 
     US discourse markers are read as such: "yeah, no, that's fine" and "no, yeah, go ahead"
     answer with what follows the marker (at most 0.85); "yeah, no" alone is a no, and "no...
-    yes" alone still a no (negation wins). "Go ahead and cancel it" agrees to what was asked; "I'm good" /
-    "I'm all set" decline an offer (0.8).
+    yes" alone still a no (negation wins). "Go ahead and cancel it" agrees to what was
+    asked; "I'm good" / "I'm all set" decline an offer (0.8).
     """
     return _YesNo()
