@@ -53,10 +53,12 @@ def booking(
     bye: str | None = BYE,
     grounds: bool = False,
     constraints: Sequence[Constraint] = (),
+    ambient: Sequence[str] = (),
 ) -> Flow:
     """The shared booking flow: ``ask`` -> ``confirm`` (unless ``confirm=None``) -> ``book``
     (done when ``book_done`` holds, a key that turns true or a guard; or terminal) -> ``bye``
-    (unless ``bye=None``). ``grounds``: ``ask`` and ``confirm`` ground the party size."""
+    (unless ``bye=None``). ``grounds``: ``ask`` and ``confirm`` ground the party size;
+    ``ambient``: tools admitted in every step."""
     steps = [
         Step(
             "ask",
@@ -92,7 +94,7 @@ def booking(
         )
     if bye is not None and not terminal_book:
         steps.append(Step("bye", after=["book"], terminal=True, posture=bye))
-    return Flow("booking", steps, list(constraints))
+    return Flow("booking", steps, list(constraints), ambient=list(ambient))
 
 
 def voice_booking(

@@ -71,7 +71,7 @@ async def test_a_voice_adapter_needs_only_the_conversation() -> None:
     spoken: list[str] = []
     async with session_on(state) as session:
         conversation = Conversation(
-            session, tools=["book_table"], on_delivery=lambda r: spoken.append(r.name)
+            session, tools=["book_table", "lookup"], on_delivery=lambda r: spoken.append(r.name)
         )
         conversation.add_extractor(Extract("b").field("size", integer_near(["people"])).build())
         runner = conversation.run_flow(booking())

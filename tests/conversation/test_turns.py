@@ -89,6 +89,7 @@ def booking() -> Flow:
         book_done=called_ok("book"),
         book_tools=("book", "transfer"),
         book_posture=BOOK,
+        ambient=("transfer",),  # a hand-off to a person, in every step
         constraints=[
             commit("book", until=is_true("b:ok")),
             never("refund").until(is_true("manager")),
@@ -653,7 +654,7 @@ REFUSE_REFUND_ASK = (
 @pytest.mark.anyio
 async def test_the_context_of_a_first_turn(state: State) -> None:
     async with Session(state) as session:
-        conversation = Conversation(session, tools=["transfer", "book"])
+        conversation = Conversation(session, tools=["transfer", "book", "refund"])
         conversation.run_flow(booking())
         ctx = await conversation.user_turn("hi")
     assert ctx.postures == (ASK,)
@@ -678,7 +679,7 @@ async def test_the_context_of_a_first_turn(state: State) -> None:
 @pytest.mark.anyio
 async def test_refusals_match_what_the_session_and_flow_say(state: State) -> None:
     async with Session(state) as session:
-        conversation = Conversation(session, tools=["transfer"])
+        conversation = Conversation(session, tools=["transfer", "book", "refund"])
         runner = conversation.run_flow(booking())
         ctx = await conversation.user_turn("hi")
         for tool, reason in ctx.refused.items():
@@ -756,7 +757,7 @@ async def test_the_unmet_line_names_required_steps_not_done(state: State) -> Non
 @pytest.mark.anyio
 async def test_lines_are_not_repeated_but_a_changed_ground_is(state: State) -> None:
     async with Session(state) as session:
-        conversation = Conversation(session, tools=["transfer"])
+        conversation = Conversation(session, tools=["transfer", "book", "refund"])
         conversation.add_extractor(sizes(correctable=True))
         runner = conversation.run_flow(booking())
         first = await conversation.user_turn("hi")
@@ -782,7 +783,7 @@ async def test_lines_are_not_repeated_but_a_changed_ground_is(state: State) -> N
 @pytest.mark.anyio
 async def test_tools_follow_the_active_step(state: State) -> None:
     async with Session(state) as session:
-        conversation = Conversation(session, tools=["transfer"])
+        conversation = Conversation(session, tools=["transfer", "book", "refund"])
         conversation.add_extractor(sizes())
         runner = conversation.run_flow(booking())
         await conversation.user_turn("four people")
@@ -817,7 +818,7 @@ async def test_context_now_between_turns_takes_deliveries_and_dedupes(
 ) -> None:
     lookup = fake_fetch()
     async with Session(state, clock=clock) as session:
-        conversation = Conversation(session, tools=["transfer"])
+        conversation = Conversation(session, tools=["transfer", "book", "refund"])
         conversation.run_flow(booking())
         before = conversation.context_now()
         assert before.turn.number == 0
@@ -1677,6 +1678,7 @@ def booking_plan() -> Flow:
         book_tools=("book",),
         book_done=called_ok("book"),
         constraints=[commit("book", until=is_true("b:ok")), require("book", "bye")],
+        ambient=("transfer",),
     )
 
 
@@ -2355,7 +2357,7 @@ async def test_a_conversation_script_drives_turns_and_digressions() -> None:
     from slateflow.testing import ConversationScript
 
     faq = Flow("faq", [Step("answer", terminal=True, posture="Parking is free.")])
-    async with conversation_on(tools=["book"]) as conversation:
+    async with conversation_on(tools=["book", "transfer"]) as conversation:
         conversation.add_extractor(size_extractor())
         conversation.add_extractor(
             Extract("topic").field_to("p", "turn:parking", one_of(["parking"])).build()
@@ -2386,7 +2388,7 @@ async def test_the_context_as_json() -> None:
 
     clock = ManualClock()
     async with Session(State(), clock=clock) as session:
-        conversation = Conversation(session, tools=["book"])
+        conversation = Conversation(session, tools=["book", "transfer"])
         conversation.run_flow(booking_plan())
         session.background(lookup(clock), conversation.deliver, scheduling="when_idle")
         await clock.advance(1)
@@ -2402,7 +2404,7 @@ async def test_the_context_as_json() -> None:
             "response": {"status": "completed", "resolver": "lookup", "result": {"from": "lookup"}},
         }
     ]
-    assert data["tools"] == []
+    assert data["tools"] == ["transfer"]
     assert list(data["refused"]) == ["book"]
     assert data["prompt"] == "\n".join(data["lines"])
     assert data["postures"] == ["Ask how many people."]

@@ -1143,14 +1143,35 @@ def test_two_active_steps_allow_the_union_of_their_lists() -> None:
         [
             Step("a", done=is_set("a"), allow=["x"]),
             Step("b", done=is_set("b"), allow=["y"], posture="B first."),
-            Step("c", done=is_set("c")),  # no allow list: restricts nothing
+            Step("c", done=is_set("c")),  # no allow list: admits nothing of its own
         ],
     )
     runner = FlowRunner(flow, state)
     assert runner.admit("x").allowed
     assert runner.admit("y").allowed
     reason = runner.admit("z").reason
-    assert reason == "'z' is not part of the current step ('a', 'b'). Available now: x, y. B first."
+    assert reason == (
+        "'z' is not part of the current step ('a', 'b', 'c'). Available now: x, y. B first."
+    )
+
+
+def test_a_step_without_allow_admits_no_tool_and_allow_star_admits_any() -> None:
+    flow = Flow(
+        "defaults",
+        [
+            Step("ask", done=is_set("asked")),
+            Step("open", after=["ask"], done=is_set("open"), allow="*", deny=["pay"]),
+        ],
+        ambient=["transfer_to_human"],
+    )
+    state = State()
+    runner = FlowRunner(flow, state)
+    assert not runner.admit("transfer").allowed  # a hand-off is not offered from turn one
+    assert runner.admit("transfer_to_human").allowed  # ambient tools are always there
+    state.set("asked", True)
+    assert runner.admit("anything").allowed
+    assert not runner.admit("pay").allowed  # deny still binds under allow="*"
+    assert Flow.from_json(flow.to_json()) == flow
 
 
 def test_a_refusal_with_nothing_available_says_so() -> None:
@@ -1164,7 +1185,7 @@ def test_a_refusal_with_nothing_available_says_so() -> None:
 
 
 def test_the_compile_registry_adds_tools_to_available_now() -> None:
-    flow = Flow("reg", [Step("a", done=is_set("a"), deny=["book"])]).compile(
+    flow = Flow("reg", [Step("a", done=is_set("a"), allow="*", deny=["book"])]).compile(
         tools=["book", "weather", "search"]
     )
     runner = FlowRunner(flow, State())
@@ -1291,7 +1312,7 @@ def test_a_closed_runner_stops_advancing_and_refuses_inputs() -> None:
     assert runner.done_steps == ["s0"]
     assert state.get("flow:closed:done") == ["s0"]
     assert runner.verdict("s1") is Verdict.ACTIVE
-    assert runner.admit("anything").allowed
+    assert not runner.admit("anything").allowed  # still answered: no step allows it
     with pytest.raises(FlowError, match="closed"):
         runner.on_tool_ok("t")
     with pytest.raises(FlowError, match="closed"):

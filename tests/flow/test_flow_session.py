@@ -1356,9 +1356,9 @@ async def test_voice_booking_with_the_time_taken_offers_another_and_books_once(
         assert not refusal
         assert refusal.reason.startswith("'book_table' is not permitted yet: first, ")
         assert "'booking:confirmed' must be true" in refusal.reason
-        assert "Available now: small_talk, transfer_to_human." in refusal.reason
+        assert "Available now: transfer_to_human." in refusal.reason
         assert refusal.reason.endswith("Ask which day and time the caller would like.")
-        assert runner.admit("small_talk")  # no step restricts tools yet
+        assert not runner.admit("small_talk")  # a step without allow admits only ambient tools
         assert list(runner.brief().unmet) == ["book"]
 
         # Turn 2: the date alone does not finish the slot.

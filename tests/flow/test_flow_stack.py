@@ -1534,7 +1534,12 @@ def chat(name: str) -> Flow:
     return Flow(
         name,
         [
-            Step("q", done=is_true(f"{name}:answered"), posture=f"Answer the {name} question."),
+            Step(
+                "q",
+                done=is_true(f"{name}:answered"),
+                posture=f"Answer the {name} question.",
+                allow="*",  # the detour admits any tool: the main flow's constraints decide
+            ),
             Step("close", after=["q"], terminal=True, posture=f"Close the {name} detour."),
         ],
     )
@@ -1999,7 +2004,7 @@ def test_a_reset_puts_a_stuck_or_escalated_step_back_to_its_first_turn(
 # -- a terminate completed by a tool; a digression that cannot start -----------------------------
 
 
-CANCEL_TOOLS = ["cancel_booking", "book_table", "transfer"]
+CANCEL_TOOLS = ["cancel_booking", "book_table", "transfer", "check_tables"]
 
 
 def cancelling() -> Flow:
@@ -2356,7 +2361,12 @@ def faq_flow(name: str = "faq") -> Flow:
     return Flow(
         name,
         [
-            Step("answer", done=is_true(f"{name}:answered"), posture="Answer the question."),
+            Step(
+                "answer",
+                done=is_true(f"{name}:answered"),
+                posture="Answer the question.",
+                allow="*",  # any tool: what binds is the main flow's constraints
+            ),
             Step("back", after=["answer"], terminal=True, posture="Offer to go back."),
         ],
     )

@@ -218,7 +218,9 @@ async def call_with(
     toolbox: Toolbox, *, clock: ManualClock | None = None, flow: bool = True
 ) -> AsyncIterator[Conversation]:
     async with Session(State(), clock=clock) as session:
-        conversation = Conversation(session, tools=toolbox.names)
+        # The agent's tools: the toolbox's, and the others the plan names (never registered).
+        named = [t for t in plan().tools() if t not in toolbox.names]
+        conversation = Conversation(session, tools=[*toolbox.names, *named])
         if flow:
             conversation.run_flow(plan())
         yield conversation

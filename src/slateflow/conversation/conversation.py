@@ -319,8 +319,12 @@ class Conversation:
         background actions deliver here, and it closes with the session. Returns its runner.
 
         ``enforcement`` is ``"enforce"`` (refuse tools the flow does not admit) or
-        ``"observe"`` (admit them and record violations).
+        ``"observe"`` (admit them and record violations). When the conversation was given its
+        ``tools``, every tool name the flow uses must be among them (a misspelt ``allow=``
+        would otherwise never admit its tool): a
+        :class:`~slateflow.errors.FlowDefinitionError` names the ones that are not.
         """
+        self._check_tools(flow)
         if isinstance(flow, FlowStack):
             runner: FlowRunner | StackRunner = flow.start(
                 self.session, enforcement=enforcement, deliver=self.deliver, tools=self.tools
@@ -331,6 +335,13 @@ class Conversation:
             raise TypeError(f"run_flow takes a Flow or a FlowStack, got {flow!r}")
         self._flows.append(runner)
         return runner
+
+    def _check_tools(self, flow: Flow | FlowStack) -> None:
+        if not self.tools:
+            return  # nothing to check against: the agent's tools were not named
+        stacked = [] if isinstance(flow, Flow) else [flow.main, *(d.flow for d in flow.digressions)]
+        for one in [flow] if isinstance(flow, Flow) else stacked:
+            one.compile(tools=self.tools)
 
     def _live(self) -> list[Governor]:
         return [g for g in self._flows if not g.closed]

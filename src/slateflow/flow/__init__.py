@@ -56,10 +56,11 @@ from .repair import RepairPolicy, escalate_key, reprompt_key
 from .runner import FlowRunner
 from .serialize import FLOW_FORMAT
 from .stack import OVER_KEY, OVERLAY_KEY, TERMINATED_KEY, StackRunner
-from .steps import Edge, OnEnter, Step, edge, run
+from .steps import ANY_TOOL, Edge, OnEnter, Step, edge, run
 from .timing import DEFAULT_REPROMPT, VoiceTiming
 
 __all__ = [
+    "ANY_TOOL",
     "DEFAULT_REPROMPT",
     "EMPTY_MARKING",
     "FLOW_FORMAT",

@@ -17,6 +17,7 @@ from enum import StrEnum
 from ..state import State
 from .compiled import CompiledFlow
 from .machine import Machine
+from .steps import ANY_TOOL
 
 __all__ = ["Admission", "Denial", "Enforcement", "ToolRules", "Violation"]
 
@@ -63,6 +64,9 @@ class Violation:
 
 Denial = tuple[str, str]
 """Why a tool is refused: ``(kind, detail)``, kind one of once, not_yet, denied, not_in_step."""
+
+
+ANY = (ANY_TOOL,)
 
 
 class ToolRules:
@@ -112,12 +116,13 @@ class ToolRules:
         for rt in active:
             if tool in rt.step.deny:
                 return ("denied", rt.step.id)
-        if tool in self.plan.ambient:
-            return None
-        restricting = [rt for rt in active if rt.step.allow]
-        if restricting and not any(tool in rt.step.allow for rt in restricting):
-            return ("not_in_step", ", ".join(repr(rt.step.id) for rt in restricting))
-        return None
+        if tool in self.plan.ambient or not active:
+            return None  # a flow with no active step (complete) restricts no tool
+        for rt in active:
+            allow = rt.step.allow
+            if tool in allow or allow == ANY:
+                return None
+        return ("not_in_step", ", ".join(repr(rt.step.id) for rt in active))
 
     def reason(self, tool: str, kind: str, detail: str, available: list[str] | None = None) -> str:
         """A refusal told to the model: what is missing, what it may call instead (``available``

@@ -125,7 +125,8 @@ class Flow:
         """Every tool the flow names (steps' allow/deny, once, never, commit, ambient), sorted."""
         found: set[str] = set(self.ambient)
         for s in self.steps:
-            found.update(s.allow, s.deny)
+            found.update(t for t in s.allow if t != "*")
+            found.update(s.deny)
         for c in self.constraints:
             if isinstance(c, Once | Never | Commit):
                 found.add(c.tool)

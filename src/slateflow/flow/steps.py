@@ -16,7 +16,7 @@ from .guard_base import Guard
 from .repair import RepairPolicy
 from .timing import VoiceTiming
 
-__all__ = ["Edge", "Join", "OnEnter", "Step", "edge", "run"]
+__all__ = ["ANY_TOOL", "Edge", "Join", "OnEnter", "Step", "edge", "run"]
 
 Join = Literal["all", "any"]
 _MODES: tuple[Mode, ...] = ("call", "dispatch", "background")
@@ -108,10 +108,21 @@ def run(
     return OnEnter(resolver, mode, hint, deliver)
 
 
+ANY_TOOL = "*"
+"""``Step(allow="*")``: the step admits any tool (its ``deny`` and the constraints still bind)."""
+
+
 def _tools(value: Iterable[str] | None, step: str, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     items = [value] if isinstance(value, str) else list(value)
+    if ANY_TOOL in items:
+        if what != "allow" or len(items) > 1:
+            raise FlowDefinitionError(
+                f"step {step!r}: '*' (any tool) stands alone, and only in allow; got {what}="
+                f"{items!r}"
+            )
+        return (ANY_TOOL,)
     for tool in items:
         if type(tool) is not str or not tool:
             raise FlowDefinitionError(f"step {step!r}: {what} holds tool names, got {tool!r}")
@@ -138,7 +149,9 @@ class Step:
       their own to give way to it.
     - ``posture``: the instruction for the model while active; ``ground``: a fact line rendered
       from the State (see :class:`Ground`).
-    - ``allow`` / ``deny``: the tools the model may / may not call while it is active.
+    - ``allow`` / ``deny``: the tools the model may / may not call while it is active. A step
+      without ``allow`` admits no tool but the flow's ``ambient`` ones (a hand-off tool is
+      not offered from the first turn); ``allow="*"`` admits any tool, as an explicit choice.
     - ``on_enter``: :func:`run` a resolver each time the step is entered.
     - ``repair``: a :class:`RepairPolicy` (reprompt, then escalate, when the caller is stuck).
     - ``timing``: the :class:`VoiceTiming` that applies while the step is active.
