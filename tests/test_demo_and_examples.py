@@ -124,9 +124,8 @@ def test_demo_runs_from_the_command_line() -> None:
             ">> step 'offer' entered",
             "the model is idle, so it is told now (conversation.context_now()):",
             "the model is told: Free instead: 19:30.",
-            "the model is told: Background result (when_idle) from availability: "
-            '{"resolver": "availability", "result": {"alternative": "19:30", "open": false}, '
-            '"status": "completed"}',
+            "the model is told: Result of availability (tell the caller at a natural pause): "
+            "open: no; alternative: 19:30.",
             ">> step 'confirm' entered",
             "slots: booking:time = '19:30' written (overwrite: overwrites)",
             "answers: booking:confirmed = True not written (not accepted: step 'confirm' is active "
@@ -259,8 +258,7 @@ def test_voice_call_example_runs(backend: str) -> None:
         'caller: "Sorry, do you have high chairs?"',
         "model is told: Read the booking back and ask the caller to confirm.",
         "model is told: Booking: Saturday at 19:00 for 4.",
-        "model is told: Background result (interrupt) from availability: "
-        '{"resolver": "availability", "result": {"open": true}, "status": "completed"}',
+        "model is told: Result of availability (tell the caller now): open: yes.",
         'caller: "Yes, that\'s right."',
         "model is told: Book the table now.",
         "model calls book_table: it runs",
@@ -275,7 +273,7 @@ def test_voice_call_example_runs(backend: str) -> None:
     assert_in_order(out, order)
     assert "4111 1111 1111 1111" not in out.split('caller: "Saturday', 1)[1].split("\n", 1)[1]
     # The check's answer, once: in the reply to what the caller said over the agent.
-    assert out.count("from availability") == 1
+    assert out.count("Result of availability") == 1
     assert ">> spoken at once" not in out
 
 

@@ -422,7 +422,9 @@ async def test_a_result_held_during_an_interruption_goes_into_the_callers_turn()
         assert pushed == []  # the model does not answer twice
         ctx = await conversation.user_turn("do you have a table?")
         assert [d.name for d in ctx.deliveries] == ["tables"]
-        assert any(line.startswith("Background result (interrupt)") for line in ctx.lines)
+        assert any(
+            line.startswith("Result of") and "(tell the caller now)" in line for line in ctx.lines
+        )
         assert pushed == []
 
 

@@ -184,13 +184,27 @@ def failures(state: State) -> Iterator[Failures]:
     recorder.close()
 
 
+HINTS = {
+    "interrupt": " (tell the caller now)",
+    "when_idle": " (tell the caller at a natural pause)",
+}
+
+
 def line(result_name: str, scheduling: str, response: dict[str, Any]) -> str:
-    payload = json.dumps(response, sort_keys=True)
-    return f"Background result ({scheduling}) from {result_name}: {payload}"
+    """The line a completed result is told in: its value in words."""
+    if response["status"] == "error":
+        words = f"it failed: {response['error']}"
+    elif isinstance(response["result"], dict):
+        words = "; ".join(
+            f"{k}: {'yes' if v is True else v}" for k, v in response["result"].items()
+        )
+    else:
+        words = str(response["result"])
+    return f"Result of {result_name}{HINTS.get(scheduling, '')}: {words.rstrip('.')}."
 
 
 def delivery_lines(lines: tuple[str, ...]) -> list[str]:
-    return [x for x in lines if x.startswith("Background result")]
+    return [x for x in lines if x.startswith("Result of")]
 
 
 # -- 1. recording the turn ------------------------------------------------------------------------
@@ -2053,14 +2067,12 @@ async def test_a_background_result_reaches_the_next_turn_once(scheduling: str) -
         assert [(r.name, r.value, r.scheduling.value) for r in ctx.deliveries] == [
             ("lookup", {"from": "lookup"}, scheduling)
         ]
-        lines = [line for line in ctx.lines if line.startswith("Background result")]
+        lines = [line for line in ctx.lines if line.startswith("Result of")]
         if scheduling == "silent":
             assert lines == []
         else:
-            assert lines == [
-                f"Background result ({scheduling}) from lookup: "
-                '{"resolver": "lookup", "result": {"from": "lookup"}, "status": "completed"}'
-            ]
+            # In words, with what to do with it: not raw JSON the model must parse.
+            assert lines == [f"Result of lookup{HINTS[scheduling]}: from: lookup."]
         third = await conversation.user_turn("third")
         assert third.deliveries == ()
         assert conversation.take_deliveries() == []

@@ -2245,10 +2245,7 @@ async def test_an_extractor_starts_a_detour_whose_background_answer_arrives_afte
         ctx = await conversation.user_turn("so?")
         # The detour is over, but its lookup's answer still reaches the model.
         assert [(d.name, d.value) for d in ctx.deliveries] == [("hours", {"opens": "9am"})]
-        assert ctx.lines == (
-            "Background result (when_idle) from hours: "
-            '{"resolver": "hours", "result": {"opens": "9am"}, "status": "completed"}',
-        )
+        assert ctx.lines == ("Result of hours (tell the caller at a natural pause): opens: 9am.",)
 
 
 @pytest.mark.anyio

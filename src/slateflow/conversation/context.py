@@ -63,10 +63,60 @@ DEFAULT_MAX_TRANSCRIPT = 10_000
 """Turns a conversation keeps in ``transcript`` (about 2 MB of typical turns)."""
 
 
+_HINTS = {
+    Scheduling.INTERRUPT: "tell the caller now",
+    Scheduling.WHEN_IDLE: "tell the caller at a natural pause",
+}
+
+
+def in_words(value: Any, depth: int = 0) -> str:
+    """A JSON value as a model reads it best: ``{"open": false, "alternative": "19:30"}``
+    as "open: no; alternative: 19:30", a list of records numbered."""
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    if depth > 2:
+        return json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
+    if isinstance(value, dict):
+        parts = [f"{str(k).replace('_', ' ')}: {in_words(v, depth + 1)}" for k, v in value.items()]
+        return ("; " if depth == 0 else ", ").join(parts) if parts else "nothing"
+    if isinstance(value, list | tuple):
+        if not value:
+            return "none"
+        if all(isinstance(v, dict) for v in value):
+            return " ".join(f"({i}) {in_words(v, depth + 1)}" for i, v in enumerate(value, 1))
+        return ", ".join(in_words(v, depth + 1) for v in value)
+    return str(value)
+
+
 def delivery_line(result: BackgroundResult) -> str:
-    """How a waiting background result is put to the model: its formatted response as JSON."""
-    payload = json.dumps(result.response, ensure_ascii=False, default=str, sort_keys=True)
-    return f"Background result ({result.scheduling.value}) from {result.name}: {payload}"
+    """How a waiting background result is put to the model: in words, with what to do with
+    it ("Result of availability (tell the caller at a natural pause): open: no; alternative:
+    19:30."). A response a ``result_formatter`` shaped differently is put in words as it is."""
+    name = result.name.replace("_", " ")
+    hint = _HINTS.get(result.scheduling)
+    head = f"Result of {name}" + (f" ({hint})" if hint else "")
+    response = result.response
+    if isinstance(response, dict) and "status" in response and "resolver" in response:
+        status, note = response.get("status"), response.get("note")
+        if status == "completed":
+            text = in_words(response.get("result"))
+        elif status == "error":
+            text = f"it failed: {in_words(response.get('error'))}"
+        else:
+            text = f"it was {in_words(status)}"
+        if note:
+            text += f" ({in_words(note)})"
+    else:
+        text = in_words(response)
+    return f"{head}: {text.rstrip('.')}."
 
 
 class Handover:

@@ -28,7 +28,8 @@ class Brief:
 
     ``postures``, ``grounds`` and ``reprompts`` are the speaking steps' lines for the model (the
     active steps, or once the flow is complete the terminal steps it ended on); ``unmet`` the
-    required steps not done yet. ``tools`` is every tool the flow knows, with the ones it was
+    required steps not done yet, as told to the model (each step's ``summary``, else its id
+    in words). ``tools`` is every tool the flow knows, with the ones it was
     asked about; ``refused`` says why each of those it refuses now is refused (in observe mode
     nothing is refused). ``timing`` is the speaking steps' merged :class:`VoiceTiming`.
     ``told`` records the speaking steps as told at a user turn (None when no step speaks).

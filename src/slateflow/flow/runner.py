@@ -430,7 +430,7 @@ class FlowRunner:
             unmet = []
             for i in plan.required:
                 if not m.done[i]:
-                    unmet.append(steps[i].id)
+                    unmet.append(steps[i].said_as)
             # The complete flow's closing words (a stack's layer never ends the call itself).
             closing = self.announces_over and m.complete and not m.active_ids.index
         postures: list[str] = []

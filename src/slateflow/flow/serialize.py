@@ -68,6 +68,8 @@ def _step_node(step: Step, path: str) -> dict[str, Any]:
         node["done"] = _guard_node(step.done, f"{path}.done")
     if step.posture is not None:
         node["posture"] = step.posture
+    if step.summary is not None:
+        node["summary"] = step.summary
     if step.ground is not None:
         node["ground"] = step.ground.text
     if step.allow:
@@ -196,6 +198,7 @@ _STEP_FIELDS = (
     "gate",
     "done",
     "posture",
+    "summary",
     "ground",
     "allow",
     "deny",
@@ -266,6 +269,7 @@ def _read_step(data: Any, path: str, table: Mapping[str, Resolver]) -> Step:
             gate=node.guard("gate"),
             done=node.guard("done"),
             posture=node.text("posture"),
+            summary=node.text("summary"),
             ground=node.text("ground"),
             allow=node.names("allow"),
             deny=node.names("deny"),

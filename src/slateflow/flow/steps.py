@@ -155,6 +155,9 @@ class Step:
     - ``on_enter``: :func:`run` a resolver each time the step is entered.
     - ``repair``: a :class:`RepairPolicy` (reprompt, then escalate, when the caller is stuck).
     - ``timing``: the :class:`VoiceTiming` that applies while the step is active.
+    - ``summary``: what the step achieves, in words for the model ("book the new
+      appointment"): a required step not done yet is named by it in the "Before finishing"
+      line (without one, by its id in words: ``book_slot`` as "book slot").
 
     Malformed arguments raise :class:`FlowDefinitionError` naming the step; problems between
     steps (unknown ids, cycles) are reported by ``Flow.build()``.
@@ -173,6 +176,7 @@ class Step:
         "on_enter",
         "posture",
         "repair",
+        "summary",
         "terminal",
         "timing",
     )
@@ -194,6 +198,7 @@ class Step:
         on_enter: OnEnter | None = None,
         repair: RepairPolicy | None = None,
         timing: VoiceTiming | None = None,
+        summary: str | None = None,
     ) -> None:
         if type(id) is not str or not id.strip():
             raise FlowDefinitionError(f"a step id is a non-empty string, got {id!r}")
@@ -253,6 +258,16 @@ class Step:
         if timing is not None and not isinstance(timing, VoiceTiming):
             raise FlowDefinitionError(f"step {id!r}: timing takes a VoiceTiming, got {timing!r}")
         self.timing = timing
+        if summary is not None and (type(summary) is not str or not summary.strip()):
+            raise FlowDefinitionError(f"step {id!r}: summary is a non-empty str, got {summary!r}")
+        self.summary = summary
+
+    @property
+    def said_as(self) -> str:
+        """How the step is named to the model: its ``summary``, else its id in words."""
+        if self.summary is not None:
+            return self.summary
+        return " ".join(self.id.replace("_", " ").replace("-", " ").replace(":", " ").split())
 
     def guards(self) -> list[tuple[str, Guard]]:
         """Every guard of the step with where it sits: ``gate``, ``done``, ``after[i].when``."""
@@ -282,6 +297,7 @@ class Step:
             self.on_enter,
             self.repair,
             self.timing,
+            self.summary,
         )
 
     def __eq__(self, other: object) -> bool:
