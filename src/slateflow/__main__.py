@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the call on a durable state in PATH instead: it drops mid-call; run the same "
         "command again to resume it",
     )
-    from .replay import add_arguments
+    from .replay_cli import add_arguments
 
     add_arguments(
         commands.add_parser("replay", help="print the timeline of a durable state's commits")
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run()
         return 0
     if args.command == "replay":
-        from .replay import run as replay
+        from .replay_cli import run as replay
 
         return replay(args)
     parser.print_help()

@@ -14,18 +14,17 @@ does all of it for a file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from .errors import StoreCorruptError, StoreError
+from .state.governance import SECRET_KEYS
 from .state.records import SECRET_MASK
 from .state.sealing import is_sealed
 from .stores.base import Store
@@ -38,11 +37,10 @@ __all__ = [
     "ReplayCommit",
     "ReplayEntry",
     "Timeline",
-    "add_arguments",
     "as_json",
+    "escape",
     "render",
     "replay",
-    "run",
     "timeline",
 ]
 
@@ -144,6 +142,26 @@ class Timeline:
         return self.base_seq > 0 and self.start <= self.base_seq + 1
 
 
+def recorded_secrets(store: Store, upto: int | None = None) -> tuple[str, ...]:
+    """Every pattern the file records as secret (``policy:secret``), anywhere in it (a key
+    declared secret late masks its earlier values too); a damaged part after ``upto`` is
+    skipped, so the range before it still reads."""
+    found: dict[str, None] = {}
+    loaded = store.read(upto=0)
+    for row in loaded.base:
+        if row[0] == SECRET_KEYS and isinstance(row[1], list):
+            found.update(dict.fromkeys(str(p) for p in row[1]))
+    try:
+        commits = list(store.commits(after=0))
+    except StoreCorruptError:
+        commits = list(store.commits(after=0, upto=upto))
+    for commit in commits:
+        for change in commit[3]:
+            if change[0] == SECRET_KEYS and isinstance(change[1], list):
+                found.update(dict.fromkeys(str(p) for p in change[1]))
+    return tuple(found)
+
+
 def timeline(
     store: Store,
     *,
@@ -152,6 +170,7 @@ def timeline(
     keys: str | Iterable[str] = (),
     redact: str | Iterable[str] = (),
     secret: Callable[[str], bool] | None = None,
+    show_secrets: bool = False,
 ) -> Timeline:
     """The commits of ``store`` with ``start <= seq <= end``, each change with its old value.
 
@@ -161,11 +180,14 @@ def timeline(
     ``keys``: glob patterns (``fnmatch``, case-sensitive); only changes to matching keys are
     kept, and commits left with none are dropped. ``redact``: glob patterns of keys whose values
     are masked. ``secret``: a predicate masking more keys, e.g. ``state.is_secret`` or a
-    :class:`~slateflow.state.policy.Policy`'s ``is_secret`` (the file does not store which keys
-    are secret: policies are code). Raises :class:`~slateflow.errors.StoreCorruptError` for a
-    damaged store.
+    :class:`~slateflow.state.policy.Policy`'s ``is_secret``. The keys the State declared
+    secret are masked by default: a State with a store records their patterns in the file
+    (``policy:secret``); ``show_secrets=True`` shows them (never values sealed with an
+    encryption key). Raises :class:`~slateflow.errors.StoreCorruptError` for a damaged store.
     """
     keys, redact = _globs(keys), _globs(redact)
+    if not show_secrets:
+        redact = (*redact, *recorded_secrets(store, end))
 
     def shown(key: str) -> bool:
         return not keys or any(fnmatchcase(key, k) for k in keys)
@@ -247,7 +269,7 @@ def _apply(values: dict[str, Any], commit: CommitRow) -> None:
 # -- rendering -------------------------------------------------------------------------------
 
 
-def _escape(text: str) -> str:
+def escape(text: str) -> str:
     """``text`` with every unprintable character (controls, bidi overrides, lone surrogates)
     as a ``\\uXXXX`` escape, so a stored value cannot drive the terminal; inside JSON strings
     the escapes read back as the same characters."""
@@ -269,7 +291,7 @@ def _escape(text: str) -> str:
 
 def _show(value: Any, width: int | None, *, compact: bool = False) -> str:
     separators = (",", ":") if compact else (", ", ": ")
-    text = _escape(json.dumps(value, ensure_ascii=False, separators=separators))
+    text = escape(json.dumps(value, ensure_ascii=False, separators=separators))
     if width is not None and len(text) > width:
         text = text[: max(width - 1, 1)] + "…"
     return text
@@ -287,7 +309,7 @@ def _who(
     meta: dict[str, Any] | None,
     width: int | None,
 ) -> str:
-    who = _escape(source + (f"/{writer}" if writer else ""))
+    who = escape(source + (f"/{writer}" if writer else ""))
     if confidence is not None and confidence != 1:
         who += f" conf {confidence:g}"
     if meta:
@@ -319,7 +341,7 @@ def render(
     cut to ``width`` characters with ``…`` (None: never cut); unprintable characters are
     escaped.
     """
-    name = _escape(path)
+    name = escape(path)
     if found.head < found.start:
         yield f"{name}: no commits from seq {found.start}: the newest is seq {found.head}"
     else:
@@ -340,16 +362,16 @@ def render(
             for e in found.base:
                 value = SECRET_MASK if e.redacted else _show(e.value, width)
                 who = _who(e.source, e.writer, e.confidence, e.meta, width)
-                yield f"  {_escape(e.key)}  {value}  v{e.version}  {who}  (seq {e.seq})"
+                yield f"  {escape(e.key)}  {value}  v{e.version}  {who}  (seq {e.seq})"
     for commit in found.commits:
         yield ""
-        yield f"seq {commit.seq}  {_time(commit.at_ns, zulu=True)}  {_escape(commit.origin)}"
+        yield f"seq {commit.seq}  {_time(commit.at_ns, zulu=True)}  {escape(commit.origin)}"
         for c in commit.changes:
             old = "(new)" if c.created else SECRET_MASK if c.redacted else _show(c.old, width)
             new = "(removed)" if c.removed else SECRET_MASK if c.redacted else _show(c.new, width)
             version = "" if c.removed else f"  v{c.version}"
             who = _who(c.source, c.writer, c.confidence, c.meta, width)
-            yield f"  {_escape(c.key)}  {old} -> {new}{version}  {who}"
+            yield f"  {escape(c.key)}  {old} -> {new}{version}  {who}"
 
 
 def _dumps(record: dict[str, Any]) -> str:
@@ -419,132 +441,6 @@ def _base_json(found: Timeline) -> str:
 # -- the command ------------------------------------------------------------------------------
 
 
-def _seq(text: str) -> int:
-    try:
-        seq = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a commit seq (an int >= 1)") from None
-    if seq < 1:
-        raise argparse.ArgumentTypeError(f"{seq} is not a commit seq (seqs start at 1)")
-    return seq
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``replay`` command's arguments to ``parser`` (``__main__`` builds the command).
-
-    Also sets the parser's description and examples, shown by ``slateflow replay --help``.
-    """
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.description = (
-        "Print the timeline of a durable state's commits (a file State.open wrote): each\n"
-        "commit's seq, UTC time and origin, then each change: key, old -> new value, version\n"
-        "and provenance (source/writer, confidence, meta). The file is only read."
-    )
-    parser.epilog = (
-        "examples:\n"
-        "  slateflow replay call.db\n"
-        "  slateflow replay call.db --from 10 --to 20 --key 'booking:*'\n"
-        "  slateflow replay call.db --redact 'user:card' --json | jq .\n"
-        "\nexit code 2 (and a message naming the file) when the file cannot be read"
-    )
-    parser.add_argument("path", help="a durable state's SQLite file (written by State.open)")
-    parser.add_argument(
-        "--from",
-        dest="start",
-        type=_seq,
-        default=1,
-        metavar="SEQ",
-        help="first commit to show (default 1); old values still come from the state before it",
-    )
-    parser.add_argument(
-        "--to",
-        dest="end",
-        type=_seq,
-        default=None,
-        metavar="SEQ",
-        help="last commit to show, inclusive (default: the newest)",
-    )
-    parser.add_argument(
-        "--key",
-        dest="keys",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="only changes to keys matching GLOB, e.g. 'booking:*' (repeatable); commits "
-        "with none are skipped",
-    )
-    parser.add_argument(
-        "--redact",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="print *** for the values of keys matching GLOB (repeatable); the file does not "
-        "record which keys are secret, so name them here",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="one JSON object per line (a commit, or the base)"
-    )
-    parser.add_argument(
-        "--full", action="store_true", help=f"do not cut values longer than {DEFAULT_WIDTH} chars"
-    )
-    parser.add_argument(
-        "--quiet-base",
-        action="store_true",
-        help="for a compacted file, print only how many keys it was compacted to, not the keys",
-    )
-
-
-def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run ``slateflow replay`` with the parsed ``args``; returns the exit code.
-
-    0 when the timeline was printed; 2 (a message on ``err`` naming the file, no traceback)
-    when the file is missing, not a store, damaged, or the range is empty.
-    """
-    out = out or sys.stdout
-    err = err or sys.stderr
-    try:
-        lines = replay(
-            args.path,
-            start=args.start,
-            end=args.end,
-            keys=args.keys,
-            redact=args.redact,
-            as_json_lines=args.json,
-            width=None if args.full else DEFAULT_WIDTH,
-            quiet_base=args.quiet_base,
-        )
-    except StoreError as exc:
-        print(f"slateflow replay: {_escape(str(exc))}", file=err)
-        return 2
-    try:
-        for line in lines:
-            _write(out, line)
-        out.flush()
-    except BrokenPipeError:  # piped into head or less, which stopped reading: not an error
-        _quiet_stdout(out)
-    return 0
-
-
-def _write(out: TextIO, line: str) -> None:
-    try:
-        out.write(line + "\n")
-    except UnicodeEncodeError:  # a terminal that cannot show "…" or "é": escape, do not crash
-        encoding = getattr(out, "encoding", None) or "ascii"
-        out.write(line.encode(encoding, "backslashreplace").decode(encoding) + "\n")
-
-
-def _quiet_stdout(out: TextIO) -> None:
-    # Python flushes stdout again at exit and would report the broken pipe there: point the
-    # descriptor at /dev/null so that last flush goes nowhere.
-    if out is sys.stdout:
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
-
-
 def replay(
     path: str | os.PathLike[str],
     *,
@@ -553,6 +449,7 @@ def replay(
     keys: str | Iterable[str] = (),
     redact: str | Iterable[str] = (),
     secret: Callable[[str], bool] | None = None,
+    show_secrets: bool = False,
     as_json_lines: bool = False,
     width: int | None = DEFAULT_WIDTH,
     quiet_base: bool = False,
@@ -582,7 +479,15 @@ def replay(
         )
     store = SQLiteStore(where, readonly=True)
     try:
-        found = timeline(store, start=start, end=end, keys=keys, redact=redact, secret=secret)
+        found = timeline(
+            store,
+            start=start,
+            end=end,
+            keys=keys,
+            redact=redact,
+            secret=secret,
+            show_secrets=show_secrets,
+        )
     finally:
         store.close()
     if as_json_lines:

@@ -447,3 +447,19 @@ def test_a_masked_keys_provenance_meta_is_masked_too(tmp_path: Path) -> None:
     assert "4111 1111" not in text
     assert '"card":"***"' in text.replace(" ", "")
     assert "yes" in text  # another key's meta is shown as written
+
+
+def test_replay_masks_the_keys_the_state_declared_secret_unless_asked(tmp_path: Path) -> None:
+    path = tmp_path / "call.db"
+    state = State.open(path)
+    state.set("patient:dob", "1985-03-03")
+    state.policy("patient:*", secret=True)  # declared after a value was written
+    state.set("patient:dob", "1985-03-04")
+    state.set("booking:slot", "Tuesday")
+    state.close()
+    shown = "\n".join(replay(path))
+    assert "1985" not in shown  # the file records which keys are secret: masked by default
+    assert '"Tuesday"' in shown
+    assert "policy:secret" in shown
+    revealed = "\n".join(replay(path, show_secrets=True))
+    assert '"1985-03-03" -> "1985-03-04"' in revealed

@@ -14,11 +14,16 @@ from ..errors import SchemaError, UsageError
 from .engine import Engine
 from .keys import Key
 from .policy import Policy, Rule, name_set
+from .provenance import Stamp
 from .schema import Schemas
 from .sealing import SealedStore
 from .values import plain
 
-__all__ = ["add_rule", "declare"]
+__all__ = ["SECRET_KEYS", "add_rule", "declare"]
+
+SECRET_KEYS = "policy:secret"
+"""Where a State with a store records the patterns of its secret keys, so that a file read
+without the code that declared them (``slateflow replay``) still masks them."""
 
 log = logging.getLogger("slateflow.state")
 
@@ -67,6 +72,8 @@ def add_rule(
                 )
             )
     store = engine.store
+    if secret and store is not None and pattern is not None:
+        _record_secret(engine, pattern)
     durable = store is not None and store.durability != "memory"
     if secret and isinstance(store, SealedStore):
         # Values written before the key was secret are in the file in clear: seal them now.
@@ -81,6 +88,15 @@ def add_rule(
             getattr(store, "path", "the store"),
         )
     return policy
+
+
+def _record_secret(engine: Engine, pattern: str) -> None:
+    row = engine.entries.get(SECRET_KEYS)
+    known = list(row[0]) if row is not None and isinstance(row[0], list | tuple) else []
+    if pattern in known:
+        return
+    stamp = Stamp("policy", "state", None, None)
+    engine.commit_owned({SECRET_KEYS: sorted([*known, pattern])}, (), stamp, "policy")
 
 
 def declare(engine: Engine, key: str | Key[Any], type_: Any) -> None:
