@@ -227,6 +227,52 @@ def test_voice_booking_flow_example_in_process() -> None:
     assert (prov.source, prov.writer) == ("flow", "booking")
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_clinic_reschedule_example_runs(backend: str) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "clinic_reschedule.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    heard = [line for line in out.splitlines() if not line.startswith("caller:")]
+    assert not any("1958" in line or "1970" in line for line in heard)  # dates of birth
+    assert_in_order(
+        out,
+        [
+            "== call 1",
+            "transcript: Hi, I need to move my dental appointment. This is Ann Lee, born "
+            "[redacted dob]",
+            "then the model is told: Ask for the caller's full name and date of birth.",
+            "transcript: Sorry, my mistake. It's Ann Lee, [redacted dob]",
+            "then the model is told: Offer the free slots; ask which suits.",
+            "model calls insurance_faq: covered",
+            "New time: 2025-06-17 at 15:15.",
+            "model calls reschedule: moved",
+            "model calls reschedule: refused: 'reschedule' has already run",
+            "done: identify, lookup, offer, read_back, move, goodbye; over: True",
+            "== call 2",
+            "then the model is told: Apologise and transfer the caller to a person.",
+            "model calls transfer_to_person: transferring",
+            "done: handoff; over: True",
+        ],
+    )
+
+
+def test_clinic_reschedule_example_keeps_the_date_of_birth_for_the_lookup_only() -> None:
+    clinic = example_module("clinic_reschedule")
+    lines: list[str] = []
+    moved, handed = anyio.run(clinic.main, lines.append)
+    assert moved.get("patient:dob") == "1985-03-03"  # the lookup read it
+    assert moved.is_secret("patient:dob")
+    heard = [line for line in lines if not line.startswith("caller:")]
+    assert not any("1985" in line or "eighty-five" in line for line in heard)
+    assert moved.get("pick:slot") == {"date": "2025-06-17", "time": "15:15"}
+    assert moved.get("find_patient:result") == {"patient": "P-17", "appointment": "Thursday 10:00"}
+    assert handed.get("find_patient:failures") == 2
+    assert handed.get("flow:reschedule:done") == ["handoff"]
+
+
 def test_state_page_has_snippets() -> None:
     assert len(python_blocks("docs/state.md")) >= 20
 
