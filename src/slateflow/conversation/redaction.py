@@ -378,26 +378,31 @@ def _old_enough(found: str, led: bool) -> bool:
     return led or int(value.value[:4]) <= time.gmtime().tm_year - 13
 
 
-_MONTH_HINT = re.compile(rf"\b(?:{_M})\b", re.IGNORECASE)
-_ID_HINTS = (
-    "member", "policy", "patient", "insur", "subscriber", "account", "customer", "medic",
-    "security", "nhs", "card", "id",
-)  # fmt: skip
+# One search says which identity rules a turn needs at all (most need none).
+_HINTS = re.compile(
+    rf"\b(?:(?P<month>{_M})\b|(?P<birth>born|birth|d\.?o\.?b)|(?P<id>member|policy|patient|"
+    r"insur|subscriber|account|customer|medic|social security|national insurance|nhs|"
+    r"health card|id\b)|(?P<card>last (?:four|4)|card ending|ending in))",
+    re.IGNORECASE,
+)
 
 
 def _identities(text: str) -> list[tuple[int, int, str]]:
     """Dates of birth, ids after their keyword and card digits, however said."""
     spans: list[tuple[int, int, str]] = []
-    lowered = text.lower()
-    keys = [m.end() for m in _BIRTH_KEY.finditer(text)] if "b" in lowered else []
+    hints = {k for m in _HINTS.finditer(text) for k, v in m.groupdict().items() if v}
+    numeric = "/" in text or "." in text or "-" in text
+    if not hints and not numeric:
+        return spans
+    keys = [m.end() for m in _BIRTH_KEY.finditer(text)] if "birth" in hints else []
 
     def led(at: int) -> bool:
         return any(0 <= at - k <= 40 for k in keys)
 
     patterns = []
-    if _MONTH_HINT.search(text):
+    if "month" in hints:
         patterns.append(_SPOKEN_DATE)
-    if "/" in text or "." in text or "-" in text:
+    if numeric:
         patterns.append(_NUMERIC_DATE)
     for pattern in patterns:
         for m in pattern.finditer(text):
@@ -408,7 +413,7 @@ def _identities(text: str) -> list[tuple[int, int, str]]:
         if said is not None and not any(a <= k + 3 < b for a, b, _ in spans):
             lead = len(said.group()) - len(said.group().lstrip(" ,"))
             spans.append((said.start() + lead, said.end(), BIRTH_DATE))
-    ids = _ID_KEY.finditer(text) if any(h in lowered for h in _ID_HINTS) else ()
+    ids = _ID_KEY.finditer(text) if "id" in hints else ()
     for m in ids:
         end, symbols, digits = m.end(), 0, 0
         for t in _ID_TOKEN.finditer(text, m.end()):
@@ -420,7 +425,7 @@ def _identities(text: str) -> list[tuple[int, int, str]]:
             end = t.end()
         if symbols >= 4 and digits >= 2:
             spans.append((m.end(), len(text[:end].rstrip(" ,.-")), MEMBER_ID))
-    cards = _CARD_KEY.finditer(text) if "last" in lowered or "ending" in lowered else ()
+    cards = _CARD_KEY.finditer(text) if "card" in hints else ()
     for m in cards:
         n = _NUMBER_WORDS.match(text, m.end())
         span = (m.end(), n.end()) if n is not None else None

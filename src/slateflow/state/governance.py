@@ -19,7 +19,7 @@ from .schema import Schemas
 from .sealing import SealedStore
 from .values import plain
 
-__all__ = ["SECRET_KEYS", "add_rule", "declare"]
+__all__ = ["SECRET_KEYS", "add_rule", "declare", "record_secrets"]
 
 SECRET_KEYS = "policy:secret"
 """Where a State with a store records the patterns of its secret keys, so that a file read
@@ -90,13 +90,21 @@ def add_rule(
     return policy
 
 
-def _record_secret(engine: Engine, pattern: str) -> None:
+def _record_secret(engine: Engine, *patterns: str) -> None:
     row = engine.entries.get(SECRET_KEYS)
     known = list(row[0]) if row is not None and isinstance(row[0], list | tuple) else []
-    if pattern in known:
+    new = [p for p in dict.fromkeys(patterns) if p not in known]
+    if not new:
         return
     stamp = Stamp("policy", "state", None, None)
-    engine.commit_owned({SECRET_KEYS: sorted([*known, pattern])}, (), stamp, "policy")
+    engine.commit_owned({SECRET_KEYS: sorted([*known, *new])}, (), stamp, "policy")
+
+
+def record_secrets(engine: Engine) -> None:
+    """Record the secret patterns of a State opened on a store with a policy (see
+    :data:`SECRET_KEYS`)."""
+    if engine.store is not None:
+        _record_secret(engine, *(r.pattern for r in engine.policy.rules if r.secret))
 
 
 def declare(engine: Engine, key: str | Key[Any], type_: Any) -> None:

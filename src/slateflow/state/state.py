@@ -94,6 +94,7 @@ class State:
             engine.add_sink(sink)
         if store is not None:
             persistence.attach(engine, store)
+            governance.record_secrets(engine)
 
     # -- small internals shared with transactions and views ----------------------------------
 
