@@ -66,7 +66,7 @@ def test_the_key_opens_them_exactly(tmp_path: Path) -> None:
         assert state.get("card:meta") == {"brand": "visa", "last4": [1, 1, 1, 1]}
         assert state.get("booking:size") == 4
         assert isinstance(state.store, SealedStore)
-        assert state.journal.at(2).get("card:number") == CARD  # history too (commit 1 records which keys are secret)
+        assert state.journal.at(2).get("card:number") == CARD  # history (1: the secrets)
 
 
 def test_without_the_key_the_file_refuses_to_open_naming_the_key(tmp_path: Path) -> None:
