@@ -980,6 +980,21 @@ async def test_a_value_mismatch_on_a_secret_key_does_not_print_it(which: str) ->
         assert "4111" not in message
 
 
+@pytest.mark.anyio
+async def test_expect_key_reads_a_path_and_says_what_is_there() -> None:
+    async with session_on(ManualClock()) as session:
+        state = session.state
+        state.set("pick:slot", {"date": "2025-06-17", "time": "15:15"})
+        script = ConversationScript(Conversation(session))
+        script.expect_key("pick:slot.time", "15:15")
+        message = failure(lambda: script.expect_key("pick:slot.time", "09:00"))
+        assert message.startswith(
+            "expected 'pick:slot.time' (a path into 'pick:slot') to be '09:00', got '15:15'"
+        )
+        message = failure(lambda: script.expect_key("pick:slot.doctor"))
+        assert "to be set, and it is not" in message
+
+
 # -- ConversationScript ---------------------------------------------------------------------------
 
 

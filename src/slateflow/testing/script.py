@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..conversation import Conversation, TurnContext
-from ..errors import FakeScriptError
+from ..errors import FakeScriptError, TemplateError
 from ..flow import Enforcement, Flow, FlowRunner, FlowStack, StackRunner, Verdict
 from ..resolve import ManualClock
 from ..resolve.clock import settle
+from ..resolve.template import MISSING, Reference
 from ..state import Key
 from .asserts import UNSET, assert_resolved, assert_step, shown, why
 from .fakes import Fake
@@ -191,14 +192,22 @@ class ConversationScript:
         assert_step(self.runner, step, Verdict.DONE)
 
     def expect_key(self, key: str, value: Any = _UNSET) -> None:
-        """``key`` is set (to ``value``, when given)."""
-        got = self.state.get(key, _UNSET)
-        if got is _UNSET:
-            raise AssertionError(f"expected {key!r} to be set\n{why(self._runner, self.state)}")
+        """``key`` is set (to ``value``, when given); ``key`` may be a path into its value,
+        ``"pick:slot.time"``, as in templates and guards."""
+        try:
+            ref = Reference(key)
+        except TemplateError as exc:
+            raise FakeScriptError(f"expect_key({key!r}): {exc}") from None
+        got = ref.lookup(self.state)
+        where = f"{key!r}" if ref.key == key else f"{key!r} (a path into {ref.key!r})"
+        if got is MISSING:
+            raise AssertionError(
+                f"expected {where} to be set, and it is not\n{why(self._runner, self.state)}"
+            )
         if value is not _UNSET and (got != value or type(got) is not type(value)):
             raise AssertionError(
-                f"expected {key!r} to be {value!r}, got "
-                f"{shown(self.state, key, got)}\n{why(self._runner, self.state)}"
+                f"expected {where} to be {value!r}, got "
+                f"{shown(self.state, ref.key, got)}\n{why(self._runner, self.state)}"
             )
 
     def _why_blocked(self, tool: str) -> str | None:
