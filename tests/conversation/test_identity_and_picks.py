@@ -304,3 +304,9 @@ def test_active_is_read_from_the_state_for_promotion_rules() -> None:
 def test_reset_clear_takes_keys_or_prefixes(bad: Any) -> None:
     with pytest.raises(FlowDefinitionError, match="clear"):
         reset("ask", clear=[bad])
+
+
+def test_an_entered_guard_naming_no_step_is_reported() -> None:
+    flow = Flow("f", [Step("a", done=entered("nowhere", times=2))])
+    with pytest.raises(FlowDefinitionError, match=r"reads entered\('nowhere'\)"):
+        flow.build()

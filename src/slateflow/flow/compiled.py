@@ -149,6 +149,7 @@ class CompiledFlow:
         n = len(flow.steps)
         key_steps: dict[str, set[int]] = {}
         on_done: list[set[int]] = [set() for _ in range(n)]
+        on_enter: list[set[int]] = [set() for _ in range(n)]
         on_tool: dict[str, set[int]] = {}
         any_marking: set[int] = set()
         for i, rt in enumerate(self.rt):
@@ -166,10 +167,14 @@ class CompiledFlow:
                     any_marking.add(i)
                 for sid in refs.steps:
                     on_done[ids[sid]].add(i)
+                for sid in refs.entered:
+                    on_enter[ids[sid]].add(i)
                 for tool in refs.tools:
                     on_tool.setdefault(tool, set()).add(i)
         self.key_steps = {k: tuple(sorted(v)) for k, v in key_steps.items()}
         self.on_done = [tuple(sorted(v | any_marking)) for v in on_done]
+        # Steps whose guards count a step's entries (entered(step, times=n)).
+        self.on_enter = [tuple(sorted(v | any_marking)) for v in on_enter]
         self.on_tool = {k: tuple(sorted(v | any_marking)) for k, v in on_tool.items()}
         self.any_marking = tuple(sorted(any_marking))
         # Resets: their guards, and the steps they re-open (with every step after those).
@@ -183,6 +188,7 @@ class CompiledFlow:
         self.resets: list[ResetRt] = []
         key_resets: dict[str, set[int]] = {}
         reset_on_done: list[set[int]] = [set() for _ in range(n)]
+        reset_on_enter: list[set[int]] = [set() for _ in range(n)]
         reset_on_tool: dict[str, set[int]] = {}
         reset_any: set[int] = set()
         for c in flow.constraints:
@@ -204,12 +210,17 @@ class CompiledFlow:
                 reset_any.add(r)
             for sid in refs.steps:
                 reset_on_done[ids[sid]].add(r)
+            for sid in refs.entered:
+                reset_on_enter[ids[sid]].add(r)
             for tool in refs.tools:
                 reset_on_tool.setdefault(tool, set()).add(r)
         self.key_resets = {k: tuple(sorted(v)) for k, v in key_resets.items()}
         self.reset_on_done = [tuple(sorted(v | reset_any)) for v in reset_on_done]
         self.reset_on_tool = {k: tuple(sorted(v | reset_any)) for k, v in reset_on_tool.items()}
         self.reset_any = tuple(sorted(reset_any))
+        self.reset_on_enter = [tuple(sorted(v | reset_any)) for v in reset_on_enter]
+        # Whether any guard may read the entry counts: only then does the marking carry them.
+        self.reads_entries = any(self.on_enter) or any(self.reset_on_enter)
         # Admission.
         self.once = {c.tool for c in flow.constraints if isinstance(c, Once | Commit)}
         self.never: list[tuple[str, Guard]] = [

@@ -182,8 +182,11 @@ class Flow:
             if target is not None and target not in known:
                 problems.append(f"step {s.id!r} escalates to unknown step {target!r}")
         for where, guard in self.guards():
-            for ref in sorted(guard.marking_refs().steps - known):
+            refs = guard.marking_refs()
+            for ref in sorted(refs.steps - known):
                 problems.append(f"{where} reads done({ref!r}), but there is no such step")
+            for ref in sorted(refs.entered - known):
+                problems.append(f"{where} reads entered({ref!r}), but there is no such step")
         for i, c in enumerate(self.constraints):
             names: tuple[str, ...] = ()
             if isinstance(c, Before):

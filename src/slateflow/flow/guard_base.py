@@ -72,16 +72,25 @@ EMPTY_MARKING = Marking()
 @dataclass(frozen=True, slots=True)
 class MarkingRefs:
     """What a guard reads from a flow's marking: the ``steps`` it asks are done (``done``), the
-    ``tools`` it asks have run (``called_ok``), and whether it reads the rest of it (``whole``:
-    ``told`` without a flow name, a custom guard that says it reads the marking). A runner
-    re-evaluates the guard when one of those changes."""
+    ``tools`` it asks have run (``called_ok``), the steps whose entries it counts
+    (``entered``), and whether it reads the rest of it (``whole``: ``told`` without a flow
+    name, a custom guard that says it reads the marking). A runner re-evaluates the guard when
+    one of those changes."""
 
     steps: frozenset[str] = frozenset()
     tools: frozenset[str] = frozenset()
     whole: bool = False
+    entered: frozenset[str] = frozenset()
 
     def __or__(self, other: MarkingRefs) -> MarkingRefs:
         whole = self.whole or other.whole
+        if self.entered or other.entered:
+            return MarkingRefs(
+                self.steps | other.steps,
+                self.tools | other.tools,
+                whole,
+                self.entered | other.entered,
+            )
         return MarkingRefs(self.steps | other.steps, self.tools | other.tools, whole)
 
 

@@ -92,18 +92,12 @@ def _build(op: str, node: Mapping[str, Any], path: str, depth: int = 0) -> Guard
         if type(value) is not str or type(times) is not int:
             raise GuardFormatError(f"{path}: {op} takes a {one} and a whole number of times")
         return failed(value, times) if op == "failed" else entered(value, times)
-    if op == "active":
+    if op in ("active", "told"):
         step = _field(node, "step", path)
         where = node.get("flow")
         if type(step) is not str or (where is not None and type(where) is not str):
-            raise GuardFormatError(f"{path}: active takes a step id and an optional flow name")
-        return active(step, where)
-    if op == "told":
-        step = _field(node, "step", path)
-        where = node.get("flow")
-        if type(step) is not str or (where is not None and type(where) is not str):
-            raise GuardFormatError(f"{path}: told takes a step id and an optional flow name")
-        return told(step, where)
+            raise GuardFormatError(f"{path}: {op} takes a step id and an optional flow name")
+        return active(step, where) if op == "active" else told(step, where)
     if op == "eq":
         key = _field(node, "key", path)
         if type(key) is not str:

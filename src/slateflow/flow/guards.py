@@ -193,6 +193,20 @@ def told_key(flow: str) -> str:
     return f"flow:{flow}:told"
 
 
+def _listed(state: State, step: str, flow: str | None, what: str) -> bool:
+    """Whether ``step`` is in ``flow:<flow>:<what>`` (a list of step ids a runner publishes),
+    or, without ``flow``, in that key of any running flow."""
+    if flow is not None:
+        keys = [f"flow:{flow}:{what}"]
+    else:
+        keys = [k for k in state.keys("flow:") if k.endswith(f":{what}")]
+    for key in keys:
+        steps = state.get(key)
+        if isinstance(steps, list) and step in steps:
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class _Told(Guard):
     op: ClassVar[str] = "told"
@@ -202,15 +216,7 @@ class _Told(Guard):
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
         if marking.flow and self.flow in (None, marking.flow):
             return self.step in marking.told  # inside the flow's own runner
-        if self.flow is not None:
-            keys = [told_key(self.flow)]
-        else:
-            keys = [k for k in state.keys("flow:") if k.endswith(":told")]
-        for key in keys:
-            told = state.get(key)
-            if isinstance(told, list) and self.step in told:
-                return True
-        return False
+        return _listed(state, self.step, self.flow, "told")
 
     def keys_read(self) -> frozenset[str]:
         return frozenset() if self.flow is None else frozenset([told_key(self.flow)])
@@ -434,7 +440,7 @@ class _Entered(Guard):
         return True
 
     def marking_refs(self) -> MarkingRefs:
-        return MarkingRefs(steps=frozenset([self.step]))
+        return MarkingRefs(entered=frozenset([self.step]))
 
     def describe(self) -> str:
         return f"step '{self.step}' must have been entered {self.times} time(s)"
@@ -462,15 +468,7 @@ class _Active(Guard):
     flow: str | None = None
 
     def evaluate(self, state: State, marking: Marking = EMPTY_MARKING) -> bool:
-        if self.flow is not None:
-            keys = [active_key(self.flow)]
-        else:
-            keys = [k for k in state.keys("flow:") if k.endswith(":active")]
-        for key in keys:
-            steps = state.get(key)
-            if isinstance(steps, list) and self.step in steps:
-                return True
-        return False
+        return _listed(state, self.step, self.flow, "active")
 
     def keys_read(self) -> frozenset[str]:
         return frozenset() if self.flow is None else frozenset([active_key(self.flow)])

@@ -304,7 +304,9 @@ class Machine:
                 self.tools_ok,
                 frozenset(steps[i].id for i in self.told),
                 self.name,
-                {steps[i].id: n for i, n in self.entries.items()},
+                {steps[i].id: n for i, n in self.entries.items()}
+                if self.plan.reads_entries
+                else {},
             )
             self._marking = marking
         return marking
@@ -402,12 +404,13 @@ class Machine:
                     self.entered[i] = True
                     self.entries[i] = self.entries.get(i, 0) + 1
                     self.dirty |= RECORD
-                    self._marking = None
                     plan = self.plan
-                    for j in plan.on_done[i]:  # guards on this step's marking: entered(...)
-                        self._push(j)
-                    if plan.reset_on_done[i]:
-                        self._dirty_resets.update(plan.reset_on_done[i])
+                    if plan.reads_entries:  # an entered(...) guard counts this
+                        self._marking = None
+                        for j in plan.on_enter[i]:
+                            self._push(j)
+                        if plan.reset_on_enter[i]:
+                            self._dirty_resets.update(plan.reset_on_enter[i])
                     events.append(("enter", i))
                 else:
                     events.append(("active", i))
