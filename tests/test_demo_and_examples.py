@@ -42,6 +42,16 @@ DOC_PAGES = [
 ]
 
 
+def run_example(name: str, backend: str) -> subprocess.CompletedProcess[str]:
+    """``python examples/<name>.py`` (``--trio`` on trio), checked to exit 0."""
+    args = [sys.executable, str(ROOT / "examples" / f"{name}.py")]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def python_blocks(page: str) -> list[str]:
     return FENCE.findall((ROOT / page).read_text(encoding="utf-8"))
 
@@ -171,11 +181,7 @@ def test_cli_demo_in_process(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_booking_example_runs(backend: str) -> None:
-    args = [sys.executable, str(ROOT / "examples" / "booking_state.py")]
-    if backend == "trio":
-        args.append("--trio")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_example("booking_state", backend)
     assert "availability:result = ['19:00', '19:30', '20:15']" in proc.stdout
     assert "availability:error = 'booking service timed out for 2025-06-14'" in proc.stdout
     assert "refused: writer 'guesser'" in proc.stdout
@@ -186,11 +192,7 @@ def test_booking_example_runs(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_voice_booking_flow_example_runs(backend: str) -> None:
-    args = [sys.executable, str(ROOT / "examples" / "voice_booking_flow.py")]
-    if backend == "trio":
-        args.append("--trio")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_example("voice_booking_flow", backend)
     out = proc.stdout
     # The turns, in order: slot -> check (background lookup) -> offer -> confirm -> book.
     order = [
@@ -229,11 +231,7 @@ def test_voice_booking_flow_example_in_process() -> None:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_clinic_reschedule_example_runs(backend: str) -> None:
-    args = [sys.executable, str(ROOT / "examples" / "clinic_reschedule.py")]
-    if backend == "trio":
-        args.append("--trio")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_example("clinic_reschedule", backend)
     out = proc.stdout
     heard = [line for line in out.splitlines() if not line.startswith("caller:")]
     assert not any("1958" in line or "1970" in line for line in heard)  # dates of birth
@@ -284,11 +282,7 @@ def test_doc_snippets_run(page: str) -> None:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_voice_call_example_runs(backend: str) -> None:
-    args = [sys.executable, str(ROOT / "examples" / "voice_call.py")]
-    if backend == "trio":
-        args.append("--trio")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_example("voice_call", backend)
     out = proc.stdout
     order = [
         "== call 1",
@@ -344,11 +338,7 @@ def test_voice_call_example_in_process() -> None:
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_verification_panel_example_runs(backend: str) -> None:
-    args = [sys.executable, str(ROOT / "examples" / "verification_panel.py")]
-    if backend == "trio":
-        args.append("--trio")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_example("verification_panel", backend)
     out = proc.stdout
     order = [
         "== with a budget of 3,000 tokens",

@@ -6,6 +6,7 @@ import re
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
+from datetime import date as _date
 from datetime import time as _clock_time
 from datetime import tzinfo as _tzinfo
 from typing import TYPE_CHECKING, Any
@@ -90,8 +91,6 @@ class _Option:
                     self.minute = int(clock[:2]) * 60 + int(clock[3:5])
         if self.date is not None and self.weekday is None:
             try:
-                from datetime import date as _date
-
                 self.weekday = WEEKDAYS[_date.fromisoformat(self.date).weekday()]
             except ValueError:
                 self.date = None
