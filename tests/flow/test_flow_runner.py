@@ -640,6 +640,25 @@ def test_a_reset_re_opens_its_steps_and_every_step_after_them(events: Recorder) 
     assert state.get("flow:rs:active") == ["time"]
 
 
+def test_a_reset_re_opens_the_steps_a_before_constraint_orders_after_them() -> None:
+    # before("ask", "pay") orders pay after ask without an edge: re-opening ask re-opens pay,
+    # or pay would stay done while ask is not (found by the machine's hypothesis test).
+    flow = Flow(
+        "ordered",
+        [Step("ask", done=is_true("asked")), Step("pay", done=is_true("paid"))],
+        constraints=[before("ask", "pay"), reset("ask").when(is_true("again"))],
+    )
+    state = State()
+    runner = FlowRunner(flow, state)
+    state.update({"asked": True, "paid": True})
+    assert runner.done_steps == ["ask", "pay"]
+    state.remove("asked")
+    state.set("again", True)
+    assert runner.active_steps == ["ask"]
+    assert runner.done_steps == []  # pay waits for ask again
+    assert runner.verdict("pay") is Verdict.PENDING
+
+
 def test_a_reset_fires_on_the_rising_edge_only(events: Recorder) -> None:
     state = State()
     runner = FlowRunner(reset_flow("edge", is_true("change")), state)

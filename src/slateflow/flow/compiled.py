@@ -182,6 +182,8 @@ class CompiledFlow:
         for i, rt in enumerate(self.rt):
             for src, *_ in rt.edges:
                 after_me[src].append(i)
+            for src in rt.before:  # before(src, i): ordered after it as an edge would be
+                after_me[src].append(i)
             for src in rt.escalations:
                 after_me[src].append(i)
         self.succ = [tuple(a) for a in after_me]
