@@ -174,8 +174,9 @@ def reset(*steps: str, clear: Iterable[str] = ()) -> _ResetBuilder:
     """Start ``reset(*steps).when(guard)``: re-open done steps when the guard turns true.
 
     Each time ``guard`` goes from false to true, the steps and every step after them (by
-    ``after`` edges and ``before`` constraints) are no longer done; they are entered again, ``on_enter`` included, as their
-    guards allow. A caller changing their mind ("actually, make it Wednesday") is the usual case.
+    ``after`` edges and ``before`` constraints) are no longer done; they are entered again,
+    ``on_enter`` included, as their guards allow. A caller changing their mind ("actually,
+    make it Wednesday") is the usual case.
 
     ``clear`` names keys removed (as the flow, in one batch) before the steps are decided
     again: the answers a retry must ask for again (``clear=["patient:name", "patient:dob"]``,
