@@ -155,9 +155,12 @@ async def call(words: list[str], say: Any = print) -> State:
 async def act(active: list[str], conversation: Conversation, say: Any) -> None:
     """The model's tool calls for the steps active now."""
     if active == ["move"]:  # the model calls the tool twice at once: it runs once
+        heard: list[str] = []
         async with anyio.create_task_group() as tg:
             for _ in range(2):
-                tg.start_soon(model_calls, conversation, "reschedule", say)
+                tg.start_soon(model_calls, conversation, "reschedule", heard.append)
+        for line in sorted(heard, key=lambda line: "refused" in line):  # the one that ran first
+            say(line)
     elif active == ["handoff"]:
         await model_calls(conversation, "transfer_to_person", say)
 

@@ -170,7 +170,7 @@ async def answer(
     """The model's reply to the caller's last line, running the tool calls it makes."""
     for _ in range(MAX_STEPS):
         request = LLMRequest(
-            system=f"{SYSTEM}\n\n{context.prompt}",
+            system=f"{SYSTEM}\n\n{context.full_prompt}",
             messages=tuple(history),
             tools=toolbox.specs(context.tools),  # only what the flow admits now
         )

@@ -61,6 +61,49 @@ async def clock_case(slate_session, slate_conversation, slate_clock, slate_state
     assert ctx.turn.text == "four people, card [card ending 1111]"
 
 
+import pytest
+from slateflow import Conversation
+from slateflow.integrations.tools import Toolbox, tool
+from slateflow.state import when
+
+
+@pytest.fixture
+def watched(slate_session, slate_conversation):
+    # A sync fixture: it runs while the event loop is paused.
+    seen = []
+    slate_session.watch("caller:name", when.changed(), lambda c: seen.append(c.new), blocking=True)
+    slate_conversation.run_flow(booking(fake_fetch(returns={"open": True})))
+    return seen
+
+
+async def options_case(slate_session, slate_conversation, slate_state, slate_clock, watched):
+    assert slate_session.on_exit == "wait"
+    assert slate_conversation.redact is None
+    assert slate_conversation.tools == ("book_table",)
+    assert Conversation.of(slate_session) is slate_conversation
+    slate_state.set("caller:name", "Ada")
+    slate_state.set("booking:date", "Saturday")
+    await slate_clock.advance(0)
+    assert watched == ["Ada"]
+    assert slate_state.get("availability:result") == {"open": True}
+
+    @tool
+    async def book_table(day: str) -> str:
+        \"\"\"Book a table.\"\"\"
+        await slate_clock.sleep(2)  # a slow booking system on the manual clock
+        return f"booked {day}"
+
+    outcome = await Toolbox(book_table).call(slate_conversation, "book_table", {"day": "Sat"})
+    assert (outcome.status, outcome.value) == ("done", "booked Sat")
+    assert slate_clock.monotonic() == 2
+
+
+OPTIONS = (
+    pytest.mark.slate_session(on_exit="wait", cancel_grace=2.0),
+    pytest.mark.slate_conversation(redact=None, tools=["book_table"]),
+)
+
+
 async def conversation_case(slate_conversation, slate_session, slate_state):
     assert slate_conversation.session is slate_session
     ctx = await slate_conversation.user_turn("hello")
@@ -92,6 +135,13 @@ async def test_clock(slate_session, slate_conversation, slate_clock, slate_state
 @pytest.mark.anyio
 async def test_conversation(slate_conversation, slate_session, slate_state):
     await conversation_case(slate_conversation, slate_session, slate_state)
+
+
+@pytest.mark.anyio
+@OPTIONS[0]
+@OPTIONS[1]
+async def test_options(slate_session, slate_conversation, slate_state, slate_clock, watched):
+    await options_case(slate_session, slate_conversation, slate_state, slate_clock, watched)
 """
 )
 
@@ -114,6 +164,13 @@ async def test_clock(slate_session, slate_conversation, slate_clock, slate_state
 @pytest.mark.asyncio
 async def test_conversation(slate_conversation, slate_session, slate_state):
     await conversation_case(slate_conversation, slate_session, slate_state)
+
+
+@pytest.mark.asyncio
+@OPTIONS[0]
+@OPTIONS[1]
+async def test_options(slate_session, slate_conversation, slate_state, slate_clock, watched):
+    await options_case(slate_session, slate_conversation, slate_state, slate_clock, watched)
 """
 )
 
@@ -130,6 +187,12 @@ async def test_clock(slate_session, slate_conversation, slate_clock, slate_state
 
 async def test_conversation(slate_conversation, slate_session, slate_state):
     await conversation_case(slate_conversation, slate_session, slate_state)
+
+
+@OPTIONS[0]
+@OPTIONS[1]
+async def test_options(slate_session, slate_conversation, slate_state, slate_clock, watched):
+    await options_case(slate_session, slate_conversation, slate_state, slate_clock, watched)
 """
 )
 
@@ -149,17 +212,17 @@ def run(pytester: pytest.Pytester, source: str, mode: str) -> pytest.RunResult:
 
 def test_the_fixtures_work_under_anyio_on_asyncio_and_trio(pytester: pytest.Pytester) -> None:
     result = run(pytester, ANYIO, "strict")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=8)
 
 
 def test_the_fixtures_work_under_pytest_asyncio_strict_mode(pytester: pytest.Pytester) -> None:
     result = run(pytester, STRICT, "strict")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
 
 
 def test_the_fixtures_work_under_pytest_asyncio_auto_mode(pytester: pytest.Pytester) -> None:
     result = run(pytester, AUTO, "auto")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
 
 
 FAILING = (
@@ -190,5 +253,72 @@ def test_a_failed_expectation_says_why_the_flow_did_not_move(pytester: pytest.Py
             "*recent changes:*",
             '*booking:date = "Saturday"  (extraction/script)*',
             '*availability:status = "running"  (fetch/availability)*',
+        ]
+    )
+
+
+MARKERS = """
+import pytest
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slate_conversation(tools=["a", "b"], redact=None)]
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request):
+    return request.param
+
+
+@pytest.mark.slate_conversation(tools=["c"])
+async def test_the_closest_marker_wins_per_option(slate_conversation):
+    assert slate_conversation.tools == ("c",)
+    assert slate_conversation.redact is None  # from the module's marker
+
+
+@pytest.mark.slate_state(journal_size=3)
+async def test_state_options(slate_state):
+    for i in range(5):
+        slate_state.set("k", i)
+    with pytest.raises(Exception, match="cursor"):
+        slate_state.journal.since(1)  # the ring keeps 3 records: the first is gone
+
+
+@pytest.fixture
+def dispatched(slate_session, anyio_backend):
+    from slateflow import Resolver
+
+    slate_session.dispatch(Resolver.function("lookup", lambda state: 1))
+    return anyio_backend
+
+
+async def test_a_dispatch_from_a_sync_fixture_works_or_says_what_to_do(
+    dispatched, slate_state, slate_clock
+):
+    # anyio runs trio's sync fixtures inside the run: there it works; asyncio's loop is paused.
+    assert dispatched == "trio"
+    await slate_clock.advance(0)
+    assert slate_state.get("lookup:result") == 1
+
+
+@pytest.mark.slate_session(no_such_option=1)
+async def test_an_unknown_option_is_named(slate_session):
+    pass
+
+
+@pytest.mark.slate_session(clock=None)
+async def test_a_clock_option_is_refused(slate_session):
+    pass
+"""
+
+
+def test_option_markers_merge_and_name_what_they_cannot_use(pytester: pytest.Pytester) -> None:
+    result = run(pytester, MARKERS, "strict")
+    result.assert_outcomes(passed=5, errors=5)
+    result.stdout.fnmatch_lines(
+        [
+            "*SessionError: session.dispatch() of resolver 'lookup' must run inside the "
+            "session's event loop, which is not running here (called from a sync pytest "
+            "fixture? make the fixture 'async def')*",
+            "*UsageError: @pytest.mark.slate_session(no_such_option): *no_such_option*",
+            "*UsageError: @pytest.mark.slate_session(clock=...): *override slate_clock*",
         ]
     )

@@ -32,6 +32,7 @@ from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
 from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
 from ..resolve import BackgroundResult, Deliver, Session
+from ..resolve.clock import jumping
 from ..resolve.sections import Serial, open_sections
 from ..state import State
 from ..state.provenance import Stamp
@@ -136,6 +137,18 @@ class Conversation:
         self._timing: Any = self.state.get(VOICE_TIMING_KEY)  # what was last published
         signals.steps_changed.connect(self._steps_changed)
         session.on_close(self._closed)
+
+    @classmethod
+    def of(cls, session: Session) -> Conversation:
+        """The conversation over ``session``, typed, for code that has only the session at
+        hand (a watcher, a fixture, a framework callback). Raises
+        :class:`~slateflow.errors.SessionError` when the session carries none."""
+        found = _conversations.get(session)
+        if found is None:
+            raise SessionError(
+                f"{session!r} carries no conversation; make one with Conversation(session)"
+            )
+        return found
 
     def _closed(self) -> None:
         signals.steps_changed.disconnect(self._steps_changed)
@@ -365,8 +378,10 @@ class Conversation:
         self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
     ) -> ToolResult:
         """Run ``fn(**arguments)`` as a call of ``tool`` under :meth:`claim`; identical
-        concurrent calls share one execution."""
-        return await self._desk.run(tool, fn, arguments)
+        concurrent calls share one execution. Under a ``ManualClock`` it waits as the kit's
+        waits do (a tool sleeping on it does not hang the test; see ``Session.call``)."""
+        async with jumping(self.session.clock, f"tool {tool!r}"):
+            return await self._desk.run(tool, fn, arguments)
 
     async def tool_ok(self, tool: str) -> None:
         """Report that ``tool`` ran successfully: the flows advance and extractors with

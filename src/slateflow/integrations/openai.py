@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from ..errors import LLMStreamError, ModelCallError, UsageError
 from ..extras import require
+from ..resolve.clock import real_work
 from ..resolve.http import HTTPPool, current_pool
 from ..resolve.llm import (
     LLMDelta,
@@ -102,7 +103,8 @@ class OpenAIModel:
         """One completion of ``request``."""
         params = self.params(request)
         try:
-            completion = await self._client().chat.completions.create(**params)
+            with real_work():
+                completion = await self._client().chat.completions.create(**params)
         except self._sdk.APIError as exc:
             raise self._failure(exc, params["model"]) from exc
         if not completion.choices:
@@ -133,7 +135,8 @@ class OpenAIModel:
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
         try:
-            stream = await self._client().chat.completions.create(**params)
+            with real_work():
+                stream = await self._client().chat.completions.create(**params)
         except self._sdk.APIError as exc:
             raise self._failure(exc, params["model"]) from exc
         text: list[str] = []

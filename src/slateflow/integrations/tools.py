@@ -42,6 +42,7 @@ from pydantic_core import to_jsonable_python
 from ..conversation.extract import Field, TurnExtractor, make_field
 from ..conversation.promotion import Decision, Promotion
 from ..errors import ExtractDefinitionError, SlateError, ToolDefinitionError
+from ..resolve.clock import real_work
 from ..resolve.llm import Message, ToolCall, ToolSpec
 from ..state.keys import check_key
 from .tool_schema import (
@@ -223,9 +224,10 @@ class Tool:
             getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own call
         ):
             return await fn(**kwargs)
-        value = await anyio.to_thread.run_sync(
-            functools.partial(fn, **kwargs), abandon_on_cancel=True
-        )
+        with real_work():
+            value = await anyio.to_thread.run_sync(
+                functools.partial(fn, **kwargs), abandon_on_cancel=True
+            )
         if inspect.isawaitable(value):
             value = await value
         return value

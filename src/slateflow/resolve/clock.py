@@ -11,14 +11,25 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Literal, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ClockTime", "ManualClock", "SystemClock", "WaitOutcome", "wait_on"]
+from ..errors import WaitTimeoutError
+
+__all__ = [
+    "Clock",
+    "ClockTime",
+    "ManualClock",
+    "SystemClock",
+    "WaitOutcome",
+    "jumping",
+    "real_work",
+    "wait_on",
+]
 
 
 @runtime_checkable
@@ -80,6 +91,24 @@ _STUCK_POLL = 0.01
 _DEFAULT_START = 1_767_225_600.0
 
 
+# Blocks under real_work() now running, in every thread (a list: one mutable cell).
+_real_work = [0]
+
+
+@contextmanager
+def real_work() -> Iterator[None]:
+    """Mark a block that waits on real work outside the event loop (a worker thread, a socket
+    on a real server): while one runs, a :class:`ManualClock` waiting with autojump jumps time
+    only after a moment of real time (1 s) with every task blocked, so a tool's or a fetch's
+    timeout does not fire while the work is simply still running. Tools run in worker threads
+    and HTTP and model calls use it; a fake of yours that waits on a thread can too."""
+    _real_work[0] += 1
+    try:
+        yield
+    finally:
+        _real_work[0] -= 1
+
+
 class _Timer:
     __slots__ = ("alive", "due", "event", "scope")
 
@@ -97,6 +126,13 @@ class _Timer:
             self.event.set()
         if self.scope is not None:
             self.scope.cancel()
+
+
+class _Jump:
+    __slots__ = ("stuck",)
+
+    def __init__(self) -> None:
+        self.stuck = False
 
 
 class ManualClock:
@@ -227,45 +263,69 @@ class ManualClock:
 
     async def _wait_jumping(self, event: anyio.Event, timeout: float | None) -> WaitOutcome:
         """Wait for ``event``; whenever every task is blocked, jump to the next timer."""
-        stuck = False
+        jump = _Jump()
         with self.deadline(timeout) if timeout is not None else anyio.CancelScope():
-            async with anyio.create_task_group() as tg:
-
-                async def jump() -> None:
-                    nonlocal stuck
-                    idle_since: float | None = None
-                    while not event.is_set():
-                        if self._advancing:
-                            # The test is moving time itself: wait for it to finish.
-                            quiet = self._quiet = self._quiet or anyio.Event()
-                            await quiet.wait()
-                            await anyio.lowlevel.checkpoint()
-                            continue
-                        await settle()
-                        if event.is_set() or self._advancing:
-                            continue
-                        due = self.next_due()
-                        if due is not None:
-                            idle_since = None
-                            await self.advance(due)
-                            continue
-                        # No timer left. A worker thread may still be about to write: only
-                        # after a moment of real time with nothing happening is it hopeless.
-                        now = time.monotonic()
-                        if idle_since is None:
-                            idle_since = now
-                        elif now - idle_since >= _STUCK_AFTER:
-                            stuck = True  # nothing can ever happen: give up instead of hanging
-                            tg.cancel_scope.cancel()
-                            return
-                        await anyio.sleep(_STUCK_POLL)
-
-                tg.start_soon(jump, name="slateflow:autojump")
+            async with self._jumping(jump):
                 await event.wait()
-                tg.cancel_scope.cancel()
         if event.is_set():
             return "set"
-        return "stuck" if stuck else "timeout"
+        return "stuck" if jump.stuck else "timeout"
+
+    @asynccontextmanager
+    async def _jumping(self, jump: _Jump) -> AsyncIterator[None]:
+        # The body runs in the caller's task; a task beside it jumps time while every task is
+        # blocked, and cancels the body (jump.stuck) when nothing could ever wake it.
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._jump, jump, tg.cancel_scope, name="slateflow:autojump")
+            try:
+                yield
+            except Exception as exc:
+                failure = exc  # raised as it is, not wrapped in the task group's group
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _jump(self, jump: _Jump, body: anyio.CancelScope) -> None:
+        idle_since: float | None = None
+        working_since: float | None = None
+        while True:
+            if self._advancing:
+                # The test is moving time itself: wait for it to finish.
+                quiet = self._quiet = self._quiet or anyio.Event()
+                await quiet.wait()
+                await anyio.lowlevel.checkpoint()
+                continue
+            await settle()
+            if self._advancing:
+                continue
+            if _real_work[0]:
+                # A worker thread or a socket is working: the tasks wait on it, not on time.
+                # Time jumps only after a moment of real time with nothing happening.
+                now = time.monotonic()
+                if working_since is None:
+                    working_since = now
+                if now - working_since < _STUCK_AFTER:
+                    idle_since = None
+                    await anyio.sleep(_STUCK_POLL)
+                    continue
+            working_since = None
+            due = self.next_due()
+            if due is not None:
+                idle_since = None
+                await self.advance(due)
+                continue
+            # No timer left. A worker thread may still be about to write: only after a
+            # moment of real time with nothing happening is it hopeless.
+            now = time.monotonic()
+            if idle_since is None:
+                idle_since = now
+            elif now - idle_since >= _STUCK_AFTER:
+                jump.stuck = True  # nothing can ever happen: give up instead of hanging
+                body.cancel()
+                return
+            await anyio.sleep(_STUCK_POLL)
 
     def __repr__(self) -> str:
         return f"ManualClock(time={self.time():.6f}, pending={self.pending})"
@@ -289,6 +349,26 @@ async def wait_on(clock: Clock, event: anyio.Event, timeout: float | None) -> Wa
     with clock.deadline(timeout):
         await event.wait()
     return "set" if event.is_set() else "timeout"
+
+
+@asynccontextmanager
+async def jumping(clock: Clock, what: str) -> AsyncIterator[None]:
+    """Run the block on ``clock`` as the kit's waits wait: under a :class:`ManualClock` with
+    ``autojump``, time jumps to the next timer whenever every task is blocked, and a block
+    that nothing could ever end raises :class:`~slateflow.errors.WaitTimeoutError` naming
+    ``what`` instead of hanging (a fake that sleeps on the manual clock inside a tool call or
+    a resolver called in the test's own task). Other clocks: the block runs as it is."""
+    if not isinstance(clock, ManualClock) or not clock.autojump:
+        yield
+        return
+    jump = _Jump()
+    async with clock._jumping(jump):
+        yield
+    if jump.stuck:
+        raise WaitTimeoutError(
+            f"waited for {what}, which cannot end: every task is blocked and no timer is due "
+            "(does it wait for something this task was to do, or for time nobody moves?)"
+        ) from None
 
 
 class ClockTime:

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..errors import HTTPCallError, ResolverDefinitionError, TemplateError
 from ..extras import require, required
+from .clock import real_work
 from .retry import server_retry
 from .template import MISSING, Reference, Template
 
@@ -311,7 +312,8 @@ class HTTPCall:
         server = _server(request.shown)
         begin = time.perf_counter()
         try:
-            status, headers, body = await self._send(httpx, client, request, where, server)
+            with real_work():
+                status, headers, body = await self._send(httpx, client, request, where, server)
         finally:
             if own is not None:
                 await own.aclose()

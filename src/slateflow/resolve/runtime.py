@@ -107,6 +107,28 @@ class Runtime:
         self.check_thread()
         return self.tg
 
+    def in_loop(self) -> bool:
+        """Whether the caller runs inside the session's event loop, not merely on its thread
+        (a sync pytest fixture runs on the loop's thread while the loop is paused)."""
+        token = self._token
+        if token is None or threading.get_ident() != self.thread:
+            return False
+        native = token.native_token
+        if isinstance(native, asyncio.AbstractEventLoop):
+            return asyncio._get_running_loop() is native
+        import trio
+
+        return trio.lowlevel.in_trio_run()
+
+    def check_in_loop(self, what: str) -> None:
+        """Raise :class:`~slateflow.errors.SessionError` naming ``what`` unless the caller
+        runs inside the session's event loop (see :meth:`in_loop`)."""
+        if not self.in_loop():
+            raise SessionError(
+                f"{what} must run inside the session's event loop, which is not running here "
+                "(called from a sync pytest fixture? make the fixture 'async def')"
+            )
+
     def check_thread(self) -> None:
         """Raise :class:`~slateflow.errors.SessionError` if called from another thread than
         the one running the session's event loop."""
@@ -117,21 +139,33 @@ class Runtime:
             )
 
     def soon(self, fn: Callable[..., object], *args: Any) -> None:
-        """Call ``fn(*args)`` on the session's loop: now on its thread, else soon (nothing
-        once the loop has finished)."""
-        if threading.get_ident() == self.thread:
+        """Call ``fn(*args)`` on the session's loop: now when called inside it, else soon
+        (from another thread, or from its own while it is paused; nothing once the loop has
+        finished)."""
+        if threading.get_ident() == self.thread and self.in_loop():
             fn(*args)
             return
-        token = self._token
-        if token is None:
-            return
-        with contextlib.suppress(anyio.RunFinishedError):
-            token.backend_class.run_sync_soon(fn, args, token.native_token)
+        self.soon_later(fn, *args)
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Start ``fn(*args)`` as a task of the session (nothing once it has closed)."""
-        if self.tg is not None and self._open:
-            self.tg.start_soon(fn, *args)
+        """Start ``fn(*args)`` as a task of the session (nothing once it has closed). Called
+        on the loop's thread while the loop is paused (a sync pytest fixture), the task starts
+        when the loop runs again."""
+        tg = self.tg
+        if tg is None or not self._open:
+            return
+        if self.in_loop():
+            tg.start_soon(fn, *args)
+        else:
+            self.soon_later(self.spawn, fn, *args)
+
+    def soon_later(self, fn: Callable[..., object], *args: Any) -> None:
+        """Call ``fn(*args)`` on the session's loop the next time it runs, even from its own
+        thread (where :meth:`soon` would call it now)."""
+        token = self._token
+        if token is not None:
+            with contextlib.suppress(anyio.RunFinishedError):
+                token.backend_class.run_sync_soon(fn, args, token.native_token)
 
     def report(self, receiver: object, exc: Exception) -> None:
         """Log a failure of user code (a receiver, a callback, a hook) and send it on

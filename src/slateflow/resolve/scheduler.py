@@ -111,6 +111,7 @@ class Scheduler:
         self.runtime.check()
         if not isinstance(resolver, Resolver):
             raise TypeError(f"expected a Resolver, got {type(resolver).__name__}")
+        self.runtime.check_in_loop(f"session.{mode}() of resolver {resolver.name!r}")
         policy = resolver.on_conflict if on_conflict is None else on_conflict
         if policy not in CONFLICT_POLICIES:
             raise ResolverDefinitionError(

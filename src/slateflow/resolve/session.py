@@ -30,7 +30,7 @@ from .background import (
     default_ack,
     default_result,
 )
-from .clock import SYSTEM_CLOCK, Clock, ClockTime
+from .clock import SYSTEM_CLOCK, Clock, ClockTime, jumping
 from .http import HTTPPool, hosting, unhost
 from .recovery import Recovery
 from .resolver import OnConflict, Resolver
@@ -281,11 +281,14 @@ class Session:
 
     async def call(self, resolver: Resolver) -> Any:
         """Run ``resolver`` in the calling task (call mode) on the session's clock: its value,
-        or :class:`~slateflow.errors.ResolverError`."""
+        or :class:`~slateflow.errors.ResolverError`. Under a ``ManualClock`` it waits as the
+        kit's waits do: time jumps while every task is blocked, and a run that nothing could
+        ever end raises :class:`~slateflow.errors.WaitTimeoutError` instead of hanging."""
         self.runtime.check()
         token = hosting(self.runtime.http)
         try:
-            return await Run(resolver, "call", self.state, self.clock).call()
+            async with jumping(self.clock, f"the call of resolver {resolver.name!r}"):
+                return await Run(resolver, "call", self.state, self.clock).call()
         finally:
             unhost(token)
 
@@ -385,7 +388,7 @@ class Session:
         from any thread are handled on the session's loop. An action's exception is logged and
         reported on ``state.receiver_failed``. ``watcher.close()`` stops it.
         """
-        tg = self.runtime.check()
+        self.runtime.check()
         name = key_name(key)
         if not callable(when) or not callable(action):
             raise TypeError(
@@ -396,7 +399,8 @@ class Session:
         if blocking:
             if self._queue is None:
                 self._queue = WatchQueue()
-                tg.start_soon(self._queue.consume, name="slateflow:watchers")
+                # spawn: a sync fixture may set up watchers while the loop is paused.
+                self.runtime.spawn(self._queue.consume)
             queue = self._queue
         watcher = Watcher(self._scheduler, queue, name, when, action, self._watchers.discard)
         self._watchers.add(watcher)

@@ -108,7 +108,8 @@ class WatchQueue:
         send, receive = anyio.create_memory_object_stream(math.inf)
         self._send = send
         self._receive = receive
-        self._scope = anyio.CancelScope()
+        self._scope: anyio.CancelScope | None = None
+        self._dropped = False
 
     def put(self, watcher: Watcher, change: Change, level: int = 0) -> None:
         """Queue an action (never blocks: the queue is unbounded); ``level`` is the delivery
@@ -117,7 +118,9 @@ class WatchQueue:
 
     async def consume(self) -> None:
         """The queue's task: run queued actions until the queue is closed."""
-        with self._scope:
+        with anyio.CancelScope() as self._scope:
+            if self._dropped:
+                self._scope.cancel()
             async with self._receive:
                 async for watcher, change, level in self._receive:
                     with in_chain(level):
@@ -127,4 +130,6 @@ class WatchQueue:
         """No more actions; with ``drain`` the queued ones still run, else they are dropped."""
         self._send.close()
         if not drain:
-            self._scope.cancel()
+            self._dropped = True
+            if self._scope is not None:
+                self._scope.cancel()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..conversation import Conversation, TurnContext
 from ..errors import FakeScriptError, TemplateError
 from ..flow import Enforcement, Flow, FlowRunner, FlowStack, StackRunner, Verdict
+from ..integrations.tools import Toolbox, ToolOutcome
 from ..resolve import ManualClock
 from ..resolve.clock import settle
+from ..resolve.llm import ToolCall
 from ..resolve.template import MISSING, Reference
 from ..state import Key
 from .asserts import UNSET, assert_resolved, assert_step, shown, why
@@ -24,8 +28,10 @@ class ConversationScript:
     """A conversation with a flow, as a test script.
 
     Actions are awaited (each lets the session's tasks run until they are blocked again):
-    ``start(flow)``, ``user(text)``, ``tool_ok(tool)``, ``resolve(name, value)``,
-    ``fail(name, error)``, ``advance(seconds)``. Expectations are plain calls that raise
+    ``start(flow)``, ``user(text)``, ``tool_ok(tool)``, ``call_tool(tool, args)`` and
+    ``call_tools(...)`` (through a Toolbox), ``resolve(name, value)``, ``fail(name, error)``,
+    ``interrupt()`` / ``noise()`` (barge-in), ``between_turns()``, ``advance(seconds)``;
+    ``agent(text)`` records what the agent said. Expectations are plain calls that raise
     ``AssertionError`` with the flow's explanation and the recent journal: ``expect_step``,
     ``expect_done``, ``expect_key``, ``expect_refused``, ``expect_admitted``,
     ``expect_resolved``, ``expect_complete``.
@@ -45,6 +51,7 @@ class ConversationScript:
         *,
         fakes: Mapping[str, Fake] | None = None,
         transcript_key: str = "turn:transcript",
+        toolbox: Toolbox | None = None,
     ) -> None:
         if not isinstance(conversation, Conversation):
             raise TypeError(
@@ -56,6 +63,9 @@ class ConversationScript:
         self.state = conversation.state
         self.fakes: dict[str, Fake] = dict(fakes or {})
         self.transcript_key = transcript_key
+        self.toolbox = toolbox
+        """The agent's tools (:meth:`call_tool`)."""
+        self._call_ids = itertools.count(1)
         self.transcript: list[str] = []
         self.contexts: list[TurnContext] = []
         """The context of every turn so far, oldest first."""
@@ -113,7 +123,10 @@ class ConversationScript:
         return started
 
     async def user(self, text: str) -> TurnContext:
-        """The caller says ``text``: one whole turn (see the class docs); returns the context."""
+        """The caller says ``text``: one whole turn (see the class docs); returns the context.
+        After :meth:`interrupt`, the interruption ends with these words."""
+        if self.conversation.interrupting:
+            self.conversation.end_interruption(turn_follows=True)
         self.transcript.append(text)
         redact = self.conversation.redact
         heard = redact(text) if redact is not None else text
@@ -145,6 +158,70 @@ class ConversationScript:
             )
         await self.conversation.tool_ok(tool)
         await self.settle()
+
+    async def interrupt(self) -> None:
+        """The caller starts talking over the agent (``begin_interruption``): ``interrupt``
+        results landing now are held. The next :meth:`user` ends it with the words said;
+        :meth:`noise` ends it with none."""
+        self.conversation.begin_interruption()
+        await self.settle()
+
+    async def noise(self) -> None:
+        """The interruption was noise (a cough, no words): ``end_interruption(turn_follows=
+        False)``, so what it held is delivered now."""
+        if not self.conversation.interrupting:
+            raise AssertionError("noise() ends an interruption: await script.interrupt() first")
+        self.conversation.end_interruption(turn_follows=False)
+        await self.settle()
+
+    def agent(self, text: str) -> None:
+        """The agent said ``text`` (``conversation.agent_said``): it joins the transcript, and
+        the context it was spoken from counts as handed over."""
+        self.conversation.agent_said(text)
+
+    async def between_turns(self) -> TurnContext:
+        """What the model would be told now, with no user turn (a result landed while the line
+        is quiet): ``conversation.context_now()``, kept in ``contexts`` for ``expect_told``."""
+        await self.settle()
+        context = self.conversation.context_now()
+        self.contexts.append(context)
+        return context
+
+    def use_tools(self, toolbox: Toolbox) -> Toolbox:
+        """The agent's tools, for :meth:`call_tool`; returns ``toolbox``."""
+        self.toolbox = toolbox
+        return toolbox
+
+    async def call_tool(
+        self, tool: str, arguments: Mapping[str, Any] | None = None, *, call_id: str | None = None
+    ) -> ToolOutcome:
+        """The model calls ``tool`` with ``arguments`` through the toolbox (:meth:`use_tools`):
+        admitted or refused by the flows, validated, run, recorded. Returns the outcome (a
+        refusal is an outcome, not a failure: ``outcome.status == "refused"``)."""
+        outcome = await self._toolbox().call(
+            self.conversation, tool, dict(arguments or {}), call_id=call_id
+        )
+        await self.settle()
+        return outcome
+
+    async def call_tools(self, *calls: tuple[str, Mapping[str, Any]]) -> list[ToolOutcome]:
+        """The model calls several tools in one reply (run concurrently, as voice frameworks
+        do): ``call_tools(("book", {...}), ("book", {...}))``; outcomes in the calls' order."""
+        batch = [
+            ToolCall(id=f"call_{next(self._call_ids)}", name=name, arguments=json.dumps(args))
+            for name, args in calls
+        ]
+        outcomes = await self._toolbox().call_all(self.conversation, batch)
+        await self.settle()
+        return outcomes
+
+    def _toolbox(self) -> Toolbox:
+        if self.toolbox is None:
+            raise AssertionError(
+                "the script has no tools: script.use_tools(Toolbox(...)) or "
+                "ConversationScript(conversation, toolbox=...)"
+            )
+        return self.toolbox
 
     def _fake(self, name: str) -> Fake:
         fake = self.fakes.get(name)
