@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,28 @@ with warnings.catch_warnings():
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+FRAMEWORKS = Path(__file__).resolve().parent / "frameworks"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--framework",
+        action="append",
+        default=[],
+        help="run the tests of a voice framework (pipecat, livekit): each is installed in a "
+        "CI step of its own",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # tests/frameworks/test_<name>/ is collected only with --framework <name>.
+    if FRAMEWORKS in collection_path.parents:
+        folder = collection_path.relative_to(FRAMEWORKS).parts[0]
+        if folder.startswith("test_") and folder[5:] not in config.getoption("framework"):
+            return True
+    return None
 
 
 # Lines a test wants in the run's summary (corpus accuracy, redaction rates): see report().

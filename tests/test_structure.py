@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import slateflow
+from slateflow.errors import MissingExtraError
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "slateflow"
 MAX_LINES = 600
@@ -211,7 +212,10 @@ def test_no_module_is_over_600_lines() -> None:
 def _classes() -> list[type]:
     found: dict[str, type] = {}
     for info in pkgutil.walk_packages(slateflow.__path__, "slateflow."):
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except MissingExtraError:
+            continue  # an integration whose library is not installed: its own CI step
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == info.name:
                 found[f"{cls.__module__}.{cls.__qualname__}"] = cls

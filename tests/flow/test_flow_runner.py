@@ -1031,7 +1031,8 @@ def test_a_raising_receiver_does_not_break_the_flow(
 # -- admission ----------------------------------------------------------------------------------
 
 
-def admission_flow(name: str = "adm", **kw: Any) -> Flow:
+def admission_flow(name: str = "adm", *, allow_charge: bool = False, **kw: Any) -> Flow:
+    book_tools = ["book", "charge"] if allow_charge else ["book"]
     return Flow(
         name,
         [
@@ -1042,7 +1043,7 @@ def admission_flow(name: str = "adm", **kw: Any) -> Flow:
                 deny=["book"],
                 posture="Ask for the date.",
             ),
-            Step("book", after=["ask"], done=called_ok("book"), allow=["book"], posture="Book."),
+            Step("book", after=["ask"], done=called_ok("book"), allow=book_tools, posture="Book."),
         ],
         constraints=[
             once("book"),
@@ -1130,13 +1131,10 @@ def test_a_spent_once_tool_says_do_not_call_it_again_and_offers_nothing() -> Non
 
 def test_commit_is_refused_until_its_guard_and_then_only_once() -> None:
     state = State()
-    runner = FlowRunner(admission_flow(), state)
-    state.set("date", "mon")  # the active step 'book' allows only 'book'...
-    assert not runner.admit("charge").allowed
+    runner = FlowRunner(admission_flow(allow_charge=True), state)
+    state.set("date", "mon")
+    assert "first, 'confirmed' must be true" in runner.admit("charge").reason
     state.set("confirmed", True)
-    # ... so a commit tool is still bound by the allow lists once its guard holds.
-    assert "not part of the current step" in runner.admit("charge").reason
-    runner.on_tool_ok("book")  # the flow is complete: nothing is active
     assert runner.admit("charge").allowed
     runner.on_tool_ok("charge")
     assert "already run" in runner.admit("charge").reason
@@ -1144,15 +1142,37 @@ def test_commit_is_refused_until_its_guard_and_then_only_once() -> None:
     assert "already run" in runner.admit("charge").reason
 
 
-def test_with_no_active_step_every_tool_is_admitted_but_the_constraints_hold() -> None:
+def test_a_commit_tool_is_still_bound_by_the_allow_lists_once_its_guard_holds() -> None:
+    state = State()
+    runner = FlowRunner(admission_flow(), state)
+    state.set("date", "mon")  # the active step 'book' allows only 'book'
+    state.set("confirmed", True)
+    assert "not part of the current step" in runner.admit("charge").reason
+
+
+def test_a_complete_flow_admits_only_its_ambient_tools_and_the_constraints_hold() -> None:
     state = State()
     runner = FlowRunner(admission_flow(), state)
     state.set("date", "mon")
     runner.on_tool_ok("book")
+    assert runner.is_complete
     assert runner.active_steps == []
+    for tool in ("anything", "search"):
+        reason = runner.admit(tool).reason
+        assert "may not run any more: the conversation's plan is complete" in reason
+    assert runner.admit("escalate").allowed  # an ambient tool: a transfer, an end-call tool
+    assert not runner.admit("pay").allowed  # ambient, but never() still binds
+    state.set("total", True)
+    assert runner.admit("pay").allowed
+
+
+def test_a_flow_with_nothing_active_that_is_not_complete_restricts_no_tool() -> None:
+    state = State()
+    side = Flow("side", [Step("consent", gate=is_true("asked"), done=is_set("consent"))])
+    runner = FlowRunner(side, state)
+    assert runner.active_steps == []
+    assert not runner.is_complete
     assert runner.admit("anything").allowed
-    assert runner.admit("search").allowed
-    assert not runner.admit("pay").allowed
 
 
 def test_two_active_steps_allow_the_union_of_their_lists() -> None:

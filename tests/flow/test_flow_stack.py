@@ -259,12 +259,14 @@ async def test_the_speaking_layer_decides_tools_and_main_constraints_still_bind(
         assert not runner.admit("book_table").allowed
         state.set("faq:answered", True)
         ctx = await conversation.user_turn("thanks")  # closing turn: nothing active in the detour
-        # No step of the digression restricts tools now, but the main flow's once() binds.
-        assert ctx.tools == ("check_tables", "lookup_hours", "transfer")
-        assert ctx.refused == {
-            "book_table": "'book_table' has already run and may run only once in this "
-            "conversation. Do not call it again."
-        }
+        # The digression is done and hands the floor back: the main step decides the tools
+        # again, and its once() binds.
+        assert ctx.tools == ("check_tables",)
+        assert ctx.refused["book_table"] == (
+            "'book_table' has already run and may run only once in this conversation. Do not "
+            "call it again."
+        )
+        assert ctx.refused["lookup_hours"].startswith("'lookup_hours' is not part of the current")
         assert runner.admit("book_table") == Admission(
             "book_table", False, ctx.refused["book_table"]
         )
@@ -1591,9 +1593,12 @@ async def test_main_commit_and_never_bind_during_a_digression_and_its_tools_coun
         assert runner.main.done_steps == ["name", "pay", "bye"]
         assert runner.is_complete
         assert ctx.postures == (BYE,)
-        # commit = at most once: still refused after resuming.
-        assert ctx.refused == {"pay": PAID_ONCE}
+        # commit = at most once: still refused after resuming; the rest because the plan is
+        # complete (only ambient tools run after it).
+        assert ctx.refused["pay"] == PAID_ONCE
         assert refusal(conversation, "pay") == PAID_ONCE
+        assert ctx.tools == ()
+        assert "the conversation's plan is complete" in ctx.refused["transfer"]
 
 
 @pytest.mark.anyio

@@ -20,6 +20,7 @@ from ..resolve.background import BackgroundResult, Scheduling
 from ..state import State
 
 __all__ = [
+    "DEFAULT_HOLD",
     "DEFAULT_MAX_TRANSCRIPT",
     "VOICE_TIMING_KEY",
     "Handover",
@@ -27,6 +28,7 @@ __all__ = [
     "Turn",
     "TurnContext",
     "build_context",
+    "check_hold",
     "check_options",
     "context_lines",
     "delivery_line",
@@ -56,9 +58,11 @@ class Turn:
     speaker: Literal["user", "agent"] = "user"
 
 
-HandoverMode = Literal["auto", "explicit"]
+HandoverMode = Literal["auto", "explicit", "manual"]
 """What building a turn context does to the last one not confirmed: ``"auto"`` counts it as
-handed to the model, ``"explicit"`` as dropped."""
+handed to the model, ``"explicit"`` as dropped, ``"manual"`` leaves it pending (a voice loop
+that knows which reply each context was spoken from confirms or drops each itself, even after
+the next one was built)."""
 DEFAULT_MAX_TRANSCRIPT = 10_000
 """Turns a conversation keeps in ``transcript`` (about 2 MB of typical turns)."""
 
@@ -129,7 +133,7 @@ class Handover:
     which ``conclude`` tells which it was.
     """
 
-    __slots__ = ("_conclude", "deliveries", "every", "final", "markers", "status")
+    __slots__ = ("_conclude", "deliveries", "every", "final", "markers", "number", "seq", "status")
 
     def __init__(
         self,
@@ -141,6 +145,10 @@ class Handover:
         self.every = every
         self.deliveries = deliveries
         self.markers = markers
+        self.number = 0
+        """The user turn it was built for (or after): what its told markers record."""
+        self.seq = 0
+        """Its place among the conversation's contexts (a later one's lines win)."""
         self.status: Literal["pending", "handed_over", "dropped"] = "pending"
         self.final = False
         """Counted as handed over when built (the call's closing words, in ``"auto"``): a
@@ -362,6 +370,20 @@ def roll_back_turn(state: State, before: int | None) -> bool:
     return True
 
 
+DEFAULT_HOLD = 2.0
+"""Seconds a hold waits, after an interruption, for the caller's words (``hold_for``)."""
+
+
+def check_hold(hold_for: object) -> None:
+    """Refuse a ``hold_for`` that is not a finite number of seconds > 0."""
+    if (
+        isinstance(hold_for, bool)
+        or not isinstance(hold_for, int | float)
+        or not 0 < hold_for < float("inf")
+    ):
+        raise ValueError(f"hold_for must be a number of seconds > 0, got {hold_for!r}")
+
+
 def check_options(
     redact: object,
     on_delivery: object,
@@ -376,8 +398,8 @@ def check_options(
     for name, fn in (("on_delivery", on_delivery), ("on_waiting", on_waiting)):
         if fn is not None and not callable(fn):
             raise TypeError(f"{name} must be a callable or None, got {fn!r}")
-    if handover not in ("auto", "explicit"):
-        raise ValueError(f"handover must be 'auto' or 'explicit', got {handover!r}")
+    if handover not in ("auto", "explicit", "manual"):
+        raise ValueError(f"handover must be 'auto', 'explicit' or 'manual', got {handover!r}")
     for name, limit in (("max_transcript", max_transcript), ("max_waiting", max_waiting)):
         if type(limit) is not int or limit < 1:
             raise ValueError(f"{name} must be a positive int, got {limit!r}")

@@ -25,36 +25,40 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from threading import get_ident
-from typing import Any, Literal, overload
+from typing import Any, overload
 
-from ..errors import SessionError
+import anyio
+
+from ..errors import SessionError, WaitTimeoutError
 from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
 from ..flow.actions import in_flow_action
 from ..flow.brief import merge_timing
 from ..resolve import BackgroundResult, Deliver, Session
-from ..resolve.clock import jumping
+from ..resolve.clock import jumping, wait_on
 from ..resolve.sections import Serial, open_sections
 from ..state import State
 from ..state.provenance import Stamp
 from .context import (
+    DEFAULT_HOLD,
     DEFAULT_MAX_TRANSCRIPT,
     VOICE_TIMING_KEY,
-    Handover,
     HandoverMode,
     Turn,
     TurnContext,
-    build_context,
+    check_hold,
     check_options,
     end_turn,
     publish_timing,
     roll_back_turn,
 )
 from .deliveries import Deliveries
-from .inbox import DEFAULT_INBOX_LIMIT, Inbox, record_delivered, redeliver
+from .handover import Contexts
+from .inbox import DEFAULT_INBOX_LIMIT, Inbox, redeliver
 from .protocols import Governor, TurnHook
 from .redaction import mask_spans
 from .redaction import redact as redact_transcript
 from .tools import ToolClaim, ToolDesk, ToolResult, admit_all
+from .turn_ids import TurnIds
 
 __all__ = ["Conversation"]
 
@@ -93,10 +97,12 @@ class Conversation:
         handover: HandoverMode = "auto",
         max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
         max_waiting: int = DEFAULT_INBOX_LIMIT,
+        hold_for: float = DEFAULT_HOLD,
     ) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"Conversation needs a Session, got {type(session).__name__}")
         check_options(redact, on_delivery, on_waiting, handover, max_transcript, max_waiting)
+        check_hold(hold_for)
         other = _conversations.get(session)
         if other is not None:
             raise SessionError(
@@ -108,12 +114,11 @@ class Conversation:
         self.state: State = session.state
         self.redact = redact
         self.tools = tuple(dict.fromkeys([tools] if isinstance(tools, str) else tools))
-        self.handover: HandoverMode = handover
         self.max_transcript = max_transcript
         self._runtime = session.runtime
         self._lock = Serial(self._runtime.spawn)
         self._deliveries = Deliveries(
-            session, on_delivery, on_waiting, max_waiting, self._lock.lock.locked
+            session, on_delivery, on_waiting, max_waiting, self._lock.lock.locked, hold_for
         )
         self.inbox: Inbox = self._deliveries.inbox
         """Background results waiting for the model."""
@@ -128,15 +133,25 @@ class Conversation:
         self._hooks: list[TurnHook] = []
         self._flows: list[Governor] = []
         self._desk = ToolDesk(self.admit, self._tool_done, self._tool_hooks)
-        self._said: frozenset[str] = frozenset()
-        self._pending: Handover | None = None
         # A recovered (durable) State remembers how many turns the call had: keep counting.
         before = self.state.get("session:turn")
         self._base = before if type(before) is int and before > 0 else 0
         self._turn_key: int | None = before if type(before) is int else None
         self._timing: Any = self.state.get(VOICE_TIMING_KEY)  # what was last published
+        self._contexts = Contexts(
+            self.state, self.inbox, self._runtime, handover, self._number, self._publish
+        )
+        self._turns = TurnIds()
+        self._over = anyio.Event()
         signals.steps_changed.connect(self._steps_changed)
+        signals.flow_over.connect(self._flow_over)
         session.on_close(self._closed)
+
+    @property
+    def handover(self) -> HandoverMode:
+        """What building a context does to the last one not confirmed: ``"auto"`` hands it
+        over, ``"explicit"`` drops it."""
+        return self._contexts.mode
 
     @classmethod
     def of(cls, session: Session) -> Conversation:
@@ -152,10 +167,11 @@ class Conversation:
 
     def _closed(self) -> None:
         signals.steps_changed.disconnect(self._steps_changed)
+        signals.flow_over.disconnect(self._flow_over)
 
     # -- turns -------------------------------------------------------------------------------
 
-    async def user_turn(self, text: str) -> TurnContext:
+    async def user_turn(self, text: str, *, message_id: str | None = None) -> TurnContext:
         """Handle what the user just said and return what the model should be told now.
 
         In order: the text is redacted and recorded (:attr:`transcript`, ``turn:user`` and
@@ -165,7 +181,16 @@ class Conversation:
         cleared. Turns are handled one at a time, in order. A turn that is cancelled (a
         barge-in cancels its task) or raises is not taken: its turn keys are cleared, it leaves
         the transcript (see :attr:`cancelled_turns`) and the flows do not count it.
+
+        ``message_id`` (the framework's id of the user message) makes the call idempotent: the
+        same id again returns the first call's context (waiting for it if it is still being
+        handled) and handles nothing twice; a turn that was not taken may be fed again.
         """
+        if message_id is None:
+            return await self._user_turn(text)
+        return await self._turns.once(message_id, lambda: self._user_turn(text))
+
+    async def _user_turn(self, text: str) -> TurnContext:
         runtime = self._runtime
         if not runtime.accepting or get_ident() != runtime.thread:
             runtime.check()  # raises: the session is not open, or this is not its thread
@@ -180,7 +205,7 @@ class Conversation:
         async with self._lock:
             # The loop moved on: the last context was used (or, explicitly, was not). Settled
             # before this turn's words are read, so a "yes" to a read-back it carried counts.
-            self._conclude_previous()
+            self._contexts.conclude_previous()
             if self._settle is not None:
                 await self._settle()
             state = self.state
@@ -210,8 +235,8 @@ class Conversation:
                     await self._lock.drain()
                 if self._settle is not None:
                     await self._settle()  # background work that needs no time lands now
-                context = self._context(turn, flows)
-                self._deliveries.hold = False
+                context = self._contexts.take(turn, flows, self.tools)
+                self._deliveries.turn_took_hold()
                 taken = True
             finally:
                 if not taken:
@@ -252,21 +277,62 @@ class Conversation:
 
     def context_now(self) -> TurnContext:
         """What the model should be told now, between turns (a background result landed while
-        the model is idle, say); nothing is recorded and no extractor runs."""
+        the model is idle, say); nothing is recorded and no extractor runs. Called while a
+        turn is being handled, it takes what that turn's context would (use
+        :meth:`context_between_turns`, which waits for the turn)."""
         self._runtime.check()
-        turn = self._transcript[-1] if self._transcript else Turn(0, "", self.session.clock.time())
-        return self._context(turn)
+        return self._contexts.take(self._last_turn(), self._live(), self.tools)
 
-    def agent_said(self, text: str) -> Turn:
+    async def context_between_turns(self) -> TurnContext:
+        """:meth:`context_now`, once no turn is being handled (it waits for one in flight, so
+        a framework's idle callback never takes what the turn's context is to carry)."""
+        self._runtime.check()
+        if self._lock.held_here() or in_flow_action():
+            return self.context_now()  # called from inside a turn's own work
+        async with self._lock:
+            return self.context_now()
+
+    def context_for(self, *results: BackgroundResult) -> TurnContext:
+        """A context carrying ``results`` (handed to ``on_delivery``, say) before anything
+        else waiting: pending like any context, so dropping it (the model never said it)
+        puts them back in the inbox."""
+        self._runtime.check()
+        for result in results:
+            if not isinstance(result, BackgroundResult):
+                raise TypeError(f"context_for takes BackgroundResults, got {result!r}")
+        self.inbox.restore(results)
+        return self._contexts.take(self._last_turn(), self._live(), self.tools)
+
+    def preview(self, text: str) -> TurnContext:
+        """What ``user_turn(text)`` would tell the model if the turn moved nothing (no value
+        recognised, no step changed), built without writing or recording anything: the
+        waiting results stay waiting, the last context stays pending. A framework that starts
+        a reply before the turn is final (LiveKit's preemptive generation) compares it with
+        the real turn's context: equal lines and tools mean the early reply stands."""
+        self._runtime.check()
+        if not isinstance(text, str):
+            raise TypeError(f"preview takes the transcript text, got {type(text).__name__}")
+        turn = Turn(self._number() + 1, self._clean(text), self.session.clock.time())
+        return self._contexts.preview(turn, self._live(), self.tools)
+
+    def _last_turn(self) -> Turn:
+        return self._transcript[-1] if self._transcript else Turn(0, "", self.session.clock.time())
+
+    def agent_said(self, text: str, *, context: TurnContext | None = None) -> Turn:
         """Record what the agent actually said (up to where the caller cut it off): it joins
-        the transcript and the context it was spoken from counts as handed over."""
+        the transcript and the context it was spoken from counts as handed over: ``context``
+        when given (a voice loop that knows which reply it was), else the last one built."""
         self._runtime.check()
         if not isinstance(text, str):
             raise TypeError(f"agent_said takes the text the agent said, got {type(text).__name__}")
         clean = self.redact(text) if self.redact is not None else text
         turn = Turn(self._number(), clean, self.session.clock.time(), "agent")
         self._keep(self._transcript, turn)
-        pending = self._pending
+        if context is not None:
+            if context.status == "pending":
+                context.handed_over()
+            return turn
+        pending = self._contexts.pending
         if pending is not None and pending.status == "pending":
             pending.confirm()  # the agent spoke from it: the model had it
         return turn
@@ -405,63 +471,6 @@ class Conversation:
             await self._hook(hook, hook.on_tool(self, tool))
         self.publish_timing()
 
-    # -- the context and its hand-over --------------------------------------------------------
-
-    def _conclude_previous(self) -> None:
-        """The loop moved on from the last context: in "auto" it used it, in "explicit" (not
-        confirmed) it did not."""
-        previous = self._pending
-        if previous is not None and previous.status == "pending":
-            self._conclude(previous, self.handover == "auto")
-
-    def _context(self, turn: Turn, flows: list[Governor] | None = None) -> TurnContext:
-        self._conclude_previous()
-        if flows is None:
-            flows = self._live()
-        briefs = [flow.brief(self.tools) for flow in flows]
-
-        def ask(i: int, tool: str) -> str | None:
-            admission = flows[i].admit(tool, record=False)
-            return None if admission.allowed else admission.reason
-
-        deliveries = tuple(self.inbox.take())
-        context = build_context(
-            turn, briefs, self.tools, ask, deliveries, self._said, self._conclude
-        )
-        self._pending = context.handover
-        if briefs and self.handover == "auto" and any(b.closing for b in briefs):
-            context.handover.final = True  # type: ignore[union-attr]  # always built with one
-            context.handed_over()  # the goodbye: no next context will count it
-        if context.voice_timing != self._timing:
-            self._publish(context.voice_timing)
-        return context
-
-    def _conclude(self, handover: Handover, confirmed: bool) -> None:
-        """Confirm (the model got it) or drop (it did not) a context's hand-over, once."""
-        want: Literal["handed_over", "dropped"] = "handed_over" if confirmed else "dropped"
-        if handover.status != "pending":
-            if handover.status == want or handover.final:  # a goodbye counted when built
-                return
-            raise SessionError(
-                f"this turn context was already {handover.status.replace('_', ' ')}; a context "
-                "is handed over or dropped once (in handover='explicit', building the next "
-                "context drops the last one)"
-            )
-        handover.status = want
-        if self._pending is handover:
-            self._pending = None
-        if not confirmed:
-            self.inbox.restore(handover.deliveries)
-            return
-        self._said = frozenset(handover.every)
-        number = self._number()
-        for marker in handover.markers:
-            try:
-                marker(number)
-            except Exception as exc:
-                self._runtime.report(marker, exc)
-        record_delivered(self.state, handover.deliveries)
-
     # -- background results and interruptions (slateflow.conversation.deliveries) -----------
 
     def take_deliveries(self) -> list[BackgroundResult]:
@@ -487,13 +496,43 @@ class Conversation:
     def begin_interruption(self) -> None:
         """The user started talking over the agent: ``interrupt`` results landing now are held
         until :meth:`end_interruption`. Callable from any thread."""
-        self._deliveries.interrupting = True
+        self._deliveries.begin_interruption()
 
     def end_interruption(self, *, turn_follows: bool = True) -> None:
         """The user stopped talking: held results go into the next turn's context, or with
-        ``turn_follows=False`` (noise, a cough) to ``on_delivery`` now. Callable from any
-        thread."""
+        ``turn_follows=False`` (noise, a cough) to ``on_delivery`` now. A turn that does not
+        come within ``hold_for`` seconds (the session's clock) releases them as after noise
+        (``on_delivery``, ``on_waiting``). Callable from any thread."""
         self._deliveries.end_interruption(turn_follows)
+
+    # -- the end of the call -----------------------------------------------------------------
+
+    @property
+    def is_over(self) -> bool:
+        """Whether the call is over: every flow this conversation runs is complete and its
+        closing words were handed to the model (hang up once they are spoken, not when a
+        key flips inside a tool). False while no flow runs."""
+        flows = self._flows
+        return bool(flows) and all(flow.is_over for flow in flows)
+
+    async def wait_over(self, timeout: float | None = None) -> None:
+        """Wait until :attr:`is_over` (on the session's clock); raises
+        :class:`~slateflow.errors.WaitTimeoutError` after ``timeout`` seconds."""
+        self._runtime.check()
+        while not self.is_over:
+            self._over = event = anyio.Event() if self._over.is_set() else self._over
+            outcome = await wait_on(self.session.clock, event, timeout)
+            if outcome != "set" and not self.is_over:
+                flows = ", ".join(repr(getattr(f, "name", f)) for f in self._flows) or "none"
+                how = f" {timeout}s" if timeout is not None else ""
+                raise WaitTimeoutError(
+                    f"waited{how} for the call to be over; its flows ({flows}) are not "
+                    "complete with their closing words handed to the model"
+                )
+
+    def _flow_over(self, runner: object, **_: Any) -> None:
+        if runner in self._flows:
+            self._runtime.soon(self._over.set)
 
     # -- step changes and voice timing -------------------------------------------------------
 

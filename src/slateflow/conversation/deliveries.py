@@ -36,6 +36,7 @@ class Deliveries:
         on_waiting: Deliver | None,
         limit: int,
         busy: Callable[[], bool],
+        hold_for: float = 2.0,
     ) -> None:
         self.session = session
         self.state = session.state
@@ -49,6 +50,12 @@ class Deliveries:
         # An interruption ended and the caller's turn is on its way: interrupt results wait
         # for that turn's context instead of being spoken before it.
         self.hold = False
+        self.hold_for = hold_for
+        """Seconds (of the session's clock) a hold waits for the turn that ends an
+        interruption; with no words by then, what it held is delivered as after noise."""
+        self._hold_scope: anyio.CancelScope | None = None
+        # A hold still running when the session closes must not keep it open.
+        session.on_close(self._stop_expiry)
         self._waiting: list[anyio.Event] = []
         # Results a previous process committed for the model but never handed over wait again.
         for result in undelivered(self.state, session.result_formatter):
@@ -132,16 +139,53 @@ class Deliveries:
             return False
         return True
 
+    def begin_interruption(self) -> None:
+        """The caller started talking over the agent (see ``Conversation``)."""
+        self.interrupting = True
+        self.runtime.soon(self._stop_expiry)  # a hold ends with this interruption's end
+
     def end_interruption(self, turn_follows: bool) -> None:
         """The caller stopped talking (see ``Conversation.end_interruption``)."""
         self.interrupting = False
         if turn_follows:
             self.hold = True  # user_turn clears it once its context took them
+            # ...unless no words come: then the hold expires (a turn never stranded them).
+            self.runtime.soon(self._start_expiry)
             return
+        self.release()
+
+    def release(self) -> None:
+        """End a hold: what it held goes to ``on_delivery`` (urgent results) and the waits
+        and ``on_waiting`` are told (any thread)."""
         self.hold = False
+        self.runtime.soon(self._stop_expiry)
         if self.on_delivery is not None:
             self.runtime.soon(self._flush_interrupts)
         self.runtime.soon(self.tell_waiting)
+
+    def turn_took_hold(self) -> None:
+        """A user turn's context took what the hold kept (on the loop)."""
+        self.hold = False
+        self._stop_expiry()
+
+    def _start_expiry(self) -> None:
+        self._stop_expiry()
+        if self.hold and self.runtime.running:
+            scope = self._hold_scope = anyio.CancelScope()
+            self.runtime.spawn(self._expire, scope)
+
+    def _stop_expiry(self) -> None:
+        scope, self._hold_scope = self._hold_scope, None
+        if scope is not None:
+            scope.cancel()
+
+    async def _expire(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.session.clock.sleep(self.hold_for)
+            if self._hold_scope is scope:
+                self._hold_scope = None
+            if self.hold and not self.interrupting and not self.busy():
+                self.release()
 
     def _flush_interrupts(self) -> None:
         if not self._quiet():

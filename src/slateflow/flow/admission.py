@@ -116,8 +116,13 @@ class ToolRules:
         for rt in active:
             if tool in rt.step.deny:
                 return ("denied", rt.step.id)
-        if tool in self.plan.ambient or not active:
-            return None  # a flow with no active step (complete) restricts no tool
+        if tool in self.plan.ambient:
+            return None
+        if not active:
+            # Complete: the plan is done and only its ambient tools (an end-call tool, a
+            # transfer) still run, or a model could book again on its way out. Waiting on a
+            # gate with nothing active (a side flow not started): it restricts nothing.
+            return ("complete", "") if self.machine.complete else None
         for rt in active:
             allow = rt.step.allow
             if tool in allow or allow == ANY:
@@ -135,6 +140,11 @@ class ToolRules:
             return (
                 f"'{tool}' has already run and may run only once in this conversation. "
                 "Do not call it again."
+            )
+        if kind == "complete":
+            return (
+                f"'{tool}' may not run any more: the conversation's plan is complete. Do not "
+                "call tools; finish the call."
             )
         if kind == "not_yet":
             head = f"'{tool}' is not permitted yet: first, {detail}."

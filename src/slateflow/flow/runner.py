@@ -370,6 +370,12 @@ class FlowRunner:
         return self._machine.complete
 
     @property
+    def ambient(self) -> frozenset[str]:
+        """The flow's ambient tools (admitted whatever step is active, even after the call is
+        over: an escalation, an end-call tool)."""
+        return frozenset(self.flow.ambient)
+
+    @property
     def is_over(self) -> bool:
         """Whether the flow is complete and its closing words were handed to the model (the
         moment a call may end without cutting them off): ``flow:{name}:over``."""

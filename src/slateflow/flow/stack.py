@@ -283,6 +283,11 @@ class StackRunner:
         return told
 
     @property
+    def ambient(self) -> frozenset[str]:
+        """The main flow's ambient tools (see ``FlowRunner.ambient``)."""
+        return self.main.ambient
+
+    @property
     def is_over(self) -> bool:
         """Whether the conversation ended and its closing words were handed to the model
         (``flow:over``, ``signals.flow_over``): hang up then, not when it is merely
@@ -495,7 +500,12 @@ class StackRunner:
                     self.main.violations.append(Violation(tool, self._ended(), ()))
                 return Admission(tool, True, self._ended(), violation=True, once=once)
             return Admission(tool, False, self._ended(), once=once)
-        admission = self.current.admit(tool, record=record)
+        current = self.current
+        if current is not self.main and current.is_complete:
+            # A digression speaking its closing words has handed the floor back: the main
+            # flow's step decides (a complete flow would refuse everything but its ambient).
+            current = self.main
+        admission = current.admit(tool, record=record)
         once = once or admission.once
         if admission.allowed and not admission.violation and self._active is not None:
             binding = self._binding(tool)

@@ -5,6 +5,7 @@ from .actors import Actor
 from .derived import Derived
 from .journal import Journal
 from .keys import MAX_KEY_LENGTH, Key, Pattern, error_key, result_key, status_key
+from .mapping import StateMapping
 from .policy import Policy, Rule
 from .provenance import Provenance, source_of
 from .records import SECRET_MASK, Change, Entry
@@ -37,6 +38,7 @@ __all__ = [
     "Rule",
     "ScopedView",
     "State",
+    "StateMapping",
     "Subscription",
     "Transaction",
     "Transition",
