@@ -116,6 +116,16 @@ class PipecatCall:
         self.conversation = Conversation(self.session, **conversation_options)
         for extractor in extractors:
             self.conversation.add_extractor(extractor)
+        tools = self.conversation.tools
+        if flow is not None and tools:
+            # Checked now, where the mistake is made, not at the pipeline's StartFrame.
+            flows = (
+                [flow]
+                if isinstance(flow, Flow)
+                else [flow.main, *(d.flow for d in flow.digressions)]
+            )
+            for one in flows:
+                one.compile(tools=tools)
         self.runner: FlowRunner | StackRunner | None = None
         """The flow's runner, once the pipeline started."""
         self.steering = Steering(self)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -35,6 +35,8 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     FunctionCallFromLLM,
+    FunctionCallInProgressFrame,
+    FunctionCallResultFrame,
     InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -57,6 +59,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
+from pipecat.turns.user_mute.base_user_mute_strategy import BaseUserMuteStrategy
 from pipecat.turns.user_start.external_user_turn_start_strategy import (
     ExternalUserTurnStartStrategy,
 )
@@ -68,7 +71,15 @@ from ...resolve.llm import LLM, LLMRequest, Message, ToolCall, ToolSpec
 from .call import PipecatCall
 from .timing import FloorHold
 
-__all__ = ["Caller", "FakeVoice", "ScriptedLLMService", "pipecat_call"]
+__all__ = [
+    "Caller",
+    "FakeVoice",
+    "LineMonitor",
+    "ScriptedLLMService",
+    "external_turns",
+    "pipecat_call",
+    "run_pipeline",
+]
 
 DOWN = FrameDirection.DOWNSTREAM
 UP = FrameDirection.UPSTREAM
@@ -255,6 +266,30 @@ class FakeVoice(FrameProcessor):  # type: ignore[misc]
             self._speaker = self.create_task(self._speak(), "fake-voice-speaker")
 
 
+class LineMonitor(FrameProcessor):  # type: ignore[misc]
+    """What is going on at the output, for :meth:`Caller.wait_quiet` when no
+    :class:`~slateflow.integrations.pipecat.PipecatCall` is in the pipeline (pipecat Flows
+    under the same harness): a reply being generated, tool calls in flight."""
+
+    def __init__(self) -> None:
+        super().__init__(name="line-monitor")
+        self.responding = False
+        self.tools: set[str] = set()
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction is DOWN:
+            if isinstance(frame, LLMFullResponseStartFrame):
+                self.responding = True
+            elif isinstance(frame, LLMFullResponseEndFrame | InterruptionFrame):
+                self.responding = False
+            elif isinstance(frame, FunctionCallInProgressFrame):
+                self.tools.add(frame.tool_call_id)
+            elif isinstance(frame, FunctionCallResultFrame):
+                self.tools.discard(frame.tool_call_id)
+        await self.push_frame(frame, direction)
+
+
 class Caller:
     """Drives a running pipeline as a caller would (see :func:`pipecat_call`).
 
@@ -264,14 +299,16 @@ class Caller:
 
     def __init__(
         self,
-        call: PipecatCall,
         worker: PipelineWorker,
         voice: FakeVoice,
+        monitor: LineMonitor,
         running: asyncio.Task[None],
+        call: PipecatCall | None = None,
     ) -> None:
-        self.call = call
         self.worker = worker
         self.voice = voice
+        self.monitor = monitor
+        self.call = call
         self._running = running
         self.speaking_since: float | None = None
         self.spans: list[tuple[float, float]] = []
@@ -342,59 +379,67 @@ class Caller:
                 raise TimeoutError(f"waited {timeout}s for {what or condition!r}")
             await asyncio.sleep(0.001)
 
+    def _flags(self) -> dict[str, bool]:
+        monitor = self.monitor
+        flags = {
+            "the caller is speaking": self.speaking_since is not None,
+            "the bot is speaking": self.voice.speaking,
+            "a reply is being generated": monitor.responding,
+            f"tools running: {sorted(monitor.tools)}": bool(monitor.tools),
+        }
+        call = self.call
+        if call is not None:
+            flags["the model has not answered its last context"] = call.replies.waiting
+            flags["a result or a reprompt is about to be told"] = call.activity.pending_action
+            flags["the call's activity is not quiet"] = not call.activity.quiet
+        return flags
+
     def _settled(self) -> bool:
-        activity = self.call.activity
-        return (
-            activity.quiet
-            and self.speaking_since is None
-            and not self.voice.speaking
-            and not self.call.replies.waiting
-            and not activity.pending_action
-        )
+        return not any(self._flags().values())
 
     def _busy(self) -> str:
-        a = self.call.activity
-        flags = {
-            "caller speaking": self.speaking_since is not None,
-            "bot speaking": a.bot_speaking or self.voice.speaking,
-            "a reply being generated": a.responding,
-            "the model has not answered its last context": self.call.replies.waiting,
-            f"tools running: {sorted(a.tools)}": bool(a.tools),
-            "a result about to be told": a.pending_action,
-        }
-        return ", ".join(k for k, v in flags.items() if v) or "nothing"
+        return ", ".join(k for k, v in self._flags().items() if v) or "nothing"
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S")
 
 
-@asynccontextmanager
-async def pipecat_call(
-    call: PipecatCall,
-    llm: LLMService,
-    *,
-    voice: FakeVoice | None = None,
-    stop_timeout: float = 0.05,
-) -> AsyncIterator[Caller]:
-    """Run ``call`` in a real pipeline with ``llm`` and a :class:`FakeVoice`; yields the
-    :class:`Caller`. The user aggregator uses external turn strategies (the caller's
-    ``begin_speaking`` / ``finish_speaking`` are the turn's edges) and :class:`FloorHold`.
-    The pipeline ends with the block (or earlier, when the call hangs up)."""
-    voice = voice if voice is not None else FakeVoice()
-    if call.toolbox is not None:
-        call.register_tools(llm)
-    pair = LLMContextAggregatorPair(
-        call.context,
-        user_params=LLMUserAggregatorParams(
-            user_turn_strategies=UserTurnStrategies(
-                start=[ExternalUserTurnStartStrategy()],
-                stop=[ExternalUserTurnStopStrategy(timeout=stop_timeout)],
-            ),
-            user_mute_strategies=[FloorHold(call)],
+def external_turns(
+    stop_timeout: float = 0.05, mute: Sequence[BaseUserMuteStrategy] = ()
+) -> LLMUserAggregatorParams:
+    """User aggregator parameters for a driven caller: external turn strategies (the
+    caller's ``begin_speaking`` / ``finish_speaking`` are the turn's edges)."""
+    return LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(
+            start=[ExternalUserTurnStartStrategy()],
+            stop=[ExternalUserTurnStopStrategy(timeout=stop_timeout)],
         ),
+        user_mute_strategies=list(mute),
     )
-    pipeline = Pipeline([pair.user(), call.steering, llm, voice, call.tap, pair.assistant()])
+
+
+@asynccontextmanager
+async def run_pipeline(
+    llm: LLMService,
+    context: LLMContext,
+    *,
+    before_llm: Sequence[FrameProcessor] = (),
+    after_output: Sequence[FrameProcessor] = (),
+    voice: FakeVoice | None = None,
+    user_params: LLMUserAggregatorParams | None = None,
+    call: PipecatCall | None = None,
+) -> AsyncIterator[tuple[Caller, PipelineWorker, LLMContextAggregatorPair]]:
+    """A running pipeline ``[user aggregator, *before_llm, llm, voice, monitor,
+    *after_output, assistant aggregator]`` over ``context``, driven by a :class:`Caller`;
+    yields the caller, the worker and the aggregator pair (what pipecat Flows' ``FlowManager``
+    needs). Ends with the block, or earlier when the pipeline ends itself."""
+    voice = voice if voice is not None else FakeVoice()
+    monitor = LineMonitor()
+    pair = LLMContextAggregatorPair(context, user_params=user_params or external_turns())
+    pipeline = Pipeline(
+        [pair.user(), *before_llm, llm, voice, monitor, *after_output, pair.assistant()]
+    )
     worker = PipelineWorker(
         pipeline, cancel_on_idle_timeout=False, check_dangling_tasks=False, enable_rtvi=False
     )
@@ -409,7 +454,7 @@ async def pipecat_call(
     running = asyncio.create_task(runner.run())
     try:
         await asyncio.wait_for(started.wait(), timeout=10)
-        yield Caller(call, worker, voice, running)
+        yield Caller(worker, voice, monitor, running, call), worker, pair
     finally:
         if not running.done():
             await worker.queue_frame(EndFrame())
@@ -418,4 +463,32 @@ async def pipecat_call(
             except TimeoutError:
                 await runner.cancel()
         await running
+
+
+@asynccontextmanager
+async def pipecat_call(
+    call: PipecatCall,
+    llm: LLMService,
+    *,
+    voice: FakeVoice | None = None,
+    stop_timeout: float = 0.05,
+) -> AsyncIterator[Caller]:
+    """Run ``call`` in a real pipeline with ``llm`` and a :class:`FakeVoice`
+    (:func:`run_pipeline`, with external turn strategies and :class:`FloorHold`); yields the
+    :class:`Caller`. The pipeline ends with the block (or earlier, when the call hangs up)."""
+    if call.toolbox is not None:
+        call.register_tools(llm)
+    params = external_turns(stop_timeout, [FloorHold(call)])
+    try:
+        async with run_pipeline(
+            llm,
+            call.context,
+            before_llm=[call.steering],
+            after_output=[call.tap],
+            voice=voice,
+            user_params=params,
+            call=call,
+        ) as (caller, _, _):
+            yield caller
+    finally:
         await call.close()
