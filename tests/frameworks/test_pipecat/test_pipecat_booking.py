@@ -11,9 +11,9 @@ import json
 from typing import Any
 
 import pytest
-from booking_agent import Booking, BookingAgent
 from pipecat.processors.aggregators.llm_context import LLMContext
 
+from booking_agent import Booking, BookingAgent
 from slateflow.integrations.pipecat import PipecatCall
 from slateflow.integrations.pipecat.testing import (
     Caller,

@@ -164,7 +164,7 @@ async def test_the_pause_that_ends_a_turn_follows_the_active_step() -> None:
         await caller.wait_quiet()
         assert paced.pause == 0.9
         await paced.handle_user_turn_started()
-        assert paced._user_speech_timeout == 0.9  # noqa: SLF001 - what pipecat times
+        assert paced._user_speech_timeout == 0.9
 
 
 async def test_silence_after_the_bot_spoke_brings_one_reprompt() -> None:
