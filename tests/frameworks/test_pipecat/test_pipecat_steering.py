@@ -149,7 +149,7 @@ async def test_a_step_that_holds_the_floor_is_not_cut_off() -> None:
     voice = FakeVoice(word_seconds=0.02)
     async with pipecat_call(call, ScriptedLLMService(TalkativeAgent()), voice=voice) as caller:
         await caller.say("Hi.")
-        await caller.wait_until(lambda: voice.speaking, what="the bot to speak")
+        await caller.wait_until(lambda: call.activity.bot_speaking, what="the bot to speak")
         await caller.say("Wait,")  # muted: a read-back or a disclosure is said whole
         await caller.wait_quiet()
     assert caller.heard[0] == "How many people will be joining you for dinner tonight?"

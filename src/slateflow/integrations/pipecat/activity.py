@@ -133,6 +133,14 @@ class Activity:
         self.call.conversation.end_interruption(turn_follows=True)
         self.changed()
 
+    def user_muted(self) -> None:
+        """The caller was muted (the bot holds the floor): what they say from now on is not
+        heard, so their speech ends here and no turn follows it."""
+        if self.user_speaking:
+            self.user_speaking = False
+            self.call.conversation.end_interruption(turn_follows=False)
+            self.changed()
+
     def reply_started(self) -> None:
         self.responding = True
         self.words.clear()

@@ -28,6 +28,7 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     StartFrame,
     TTSTextFrame,
+    UserMuteStartedFrame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
 )
@@ -69,6 +70,8 @@ class Steering(FrameProcessor):  # type: ignore[misc]  # pipecat is untyped for 
             call.activity.user_started()
         elif isinstance(frame, UserStoppedSpeakingFrame):
             call.activity.user_stopped()
+        elif isinstance(frame, UserMuteStartedFrame):
+            call.activity.user_muted()
         await self.push_frame(frame, direction)
 
     async def push_context(self, context: LLMContext) -> None:

@@ -391,7 +391,11 @@ class Caller:
         if call is not None:
             flags["the model has not answered its last context"] = call.replies.waiting
             flags["a result or a reprompt is about to be told"] = call.activity.pending_action
-            flags["the call's activity is not quiet"] = not call.activity.quiet
+            a = call.activity
+            flags["the call heard the caller start speaking and not stop"] = a.user_speaking
+            flags["the call heard the bot start speaking and not stop"] = a.bot_speaking
+            flags["the call saw a reply start and not end"] = a.responding
+            flags[f"the call runs tools {sorted(a.tools)}"] = bool(a.tools)
         return flags
 
     def _settled(self) -> bool:

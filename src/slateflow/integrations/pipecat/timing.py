@@ -45,7 +45,7 @@ class FloorHold(BaseUserMuteStrategy):  # type: ignore[misc]
             self._bot_speaking = True
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._bot_speaking = False
-        if not self._bot_speaking:
+        if not (self._bot_speaking or self.call.activity.bot_speaking):
             return False
         timing = self.call.activity.timing()
         return timing is not None and timing.interruptible is False
