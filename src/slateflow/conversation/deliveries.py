@@ -110,7 +110,12 @@ class Deliveries:
     def _landed(self, result: BackgroundResult) -> None:
         """The inbox got a result (any thread): tell whoever waits for one, on the loop."""
         if result.scheduling is not Scheduling.SILENT:
-            self.runtime.soon(self.tell_waiting)
+            self.runtime.soon(self._held_or_told)
+
+    def _held_or_told(self) -> None:
+        if self.hold and not self.interrupting and self._hold_scope is None:
+            self._start_expiry()  # held for a turn that may never come
+        self.tell_waiting()
 
     def tell_waiting(self) -> None:
         """Wake the waits and ``on_waiting`` for what waits, unless a turn will take it."""
@@ -149,8 +154,10 @@ class Deliveries:
         self.interrupting = False
         if turn_follows:
             self.hold = True  # user_turn clears it once its context took them
-            # ...unless no words come: then the hold expires (a turn never stranded them).
-            self.runtime.soon(self._start_expiry)
+            # ...unless no words come: then the hold expires (a turn never strands them). The
+            # timer runs only while something is held: most holds end in a turn, holding none.
+            if self.audible():
+                self.runtime.soon(self._start_expiry)
             return
         self.release()
 

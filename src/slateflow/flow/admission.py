@@ -11,6 +11,7 @@ conversation).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -170,6 +171,20 @@ class ToolRules:
         with self.lock, self.state.engine.context.outside_transaction():
             denial = self._denial(tool)
             return None if denial is None else self._reason(tool, *denial, None)
+
+    def refusals(self, tools: Iterable[str]) -> dict[str, str]:
+        """Why each of ``tools`` refused now is refused (:meth:`refusal` of each, with what
+        is available worked out once)."""
+        with self.lock, self.state.engine.context.outside_transaction():
+            denials = {tool: self._denial(tool) for tool in tools}
+            if not any(denials.values()):
+                return {}
+            available = [
+                t
+                for t in self.plan.universe
+                if (denials[t] if t in denials else self._denial(t)) is None
+            ]
+            return {t: self._reason(t, *d, available) for t, d in denials.items() if d is not None}
 
     def constraint_refusal(self, tool: str) -> str | None:
         """The reason the flow-wide constraints refuse ``tool`` now, or None."""

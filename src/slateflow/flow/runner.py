@@ -457,10 +457,7 @@ class FlowRunner:
         known = tuple(dict.fromkeys([*tools, *plan.universe]))
         refused: dict[str, str] = {}
         if self.enforcement is Enforcement.ENFORCE:
-            for tool in known:
-                reason = self.rules.refusal(tool)
-                if reason is not None:
-                    refused[tool] = reason
+            refused = self.rules.refusals(known)
         told: TellMarker | None = None
         if indices:
             marked = tuple(indices)

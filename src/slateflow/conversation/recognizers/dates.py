@@ -214,6 +214,14 @@ def _minute_of_day(value: object, what: str) -> int:
     )
 
 
+def _fresh(found: Recognition | None) -> Recognition | None:
+    """A copy of a reading whose value a caller may change (its lists too)."""
+    if found is None:
+        return None
+    value = {k: list(v) if isinstance(v, list) else v for k, v in found.value.items()}
+    return Recognition(value, found.confidence)
+
+
 class _DateTime(Recognizer):
     def __init__(
         self,
@@ -228,6 +236,9 @@ class _DateTime(Recognizer):
         self.hours = hours
         self.alone = alone
         self.day_first = day_first
+        # The last reading: the fields of one extractor (a date, a time) read the same turn
+        # through this one recognizer, so it is read once.
+        self._last: tuple[str, float, Recognition | None] | None = None
 
     def _inside(self, minute: int) -> bool:
         start, end = self.hours
@@ -296,7 +307,18 @@ class _DateTime(Recognizer):
         return found
 
     def recognize(self, text: str) -> Recognition | None:
-        now = _datetime.fromtimestamp(self.now(), tz=self.tz)
+        stamp = self.now()
+        last = self._last
+        if last is not None and last[0] == text and last[1] == stamp:
+            found = last[2]
+            # A copy: what a field picks out of the value must not change the next reading.
+            return _fresh(found)
+        found = self._recognize(text, stamp)
+        self._last = (text, stamp, found)
+        return _fresh(found)
+
+    def _recognize(self, text: str, stamp: float) -> Recognition | None:
+        now = _datetime.fromtimestamp(stamp, tz=self.tz)
         today = now.date()
         segments = correction_segments(text)
         merged: dict[str, Any] = {}
