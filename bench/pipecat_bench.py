@@ -132,9 +132,8 @@ async def forwarding(turns: int) -> list[float]:
 def row(name: str, times: list[float], target: str = "") -> None:
     ms = sorted(t * 1e3 for t in times)
     p95 = ms[int(len(ms) * 0.95) - 1]
-    print(
-        f"{name:<44} {statistics.median(ms):>8.3f} {p95:>8.3f} {ms[-1]:>8.3f}  {len(ms):>5}  {target}"
-    )
+    median = statistics.median(ms)
+    print(f"{name:<48} {median:>7.3f} {p95:>7.3f} {ms[-1]:>7.3f} {len(ms):>5}  {target}")
 
 
 async def main(quick: bool) -> None:
@@ -142,9 +141,8 @@ async def main(quick: bool) -> None:
     await steering(5)  # warm up: imports, first compiles
     measured = await steering(turns)
     peer = await forwarding(turns)
-    print(
-        f"{'per context on its way to the model (ms)':<44} {'median':>8} {'p95':>8} {'max':>8}  {'n':>5}"
-    )
+    head = "per context on its way to the model (ms)"
+    print(f"{head:<48} {'median':>7} {'p95':>7} {'max':>7} {'n':>5}")
     row("slateflow steering (turn, flow, context, tools)", measured, "<= 0.5 / max <= 2")
     row("a processor that only forwards (peer)", peer, "(peer)")
 
