@@ -6,6 +6,7 @@ import ast
 import contextlib
 import inspect
 import io
+import json
 import re
 import subprocess
 import sys
@@ -250,6 +251,44 @@ def test_voice_booking_flow_example_in_process() -> None:
     prov = state.provenance("flow:booking:done")
     assert prov is not None
     assert (prov.source, prov.writer) == ("flow", "booking")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_restaurant_reservation_example_runs(backend: str) -> None:
+    proc = run_example("restaurant_reservation", backend)
+    order = [
+        "model is told: Warmly greet the customer",
+        "Tools you may call now: collect_party_size.",
+        "model calls collect_party_size({'size': 4})",
+        "Tools you may call now: check_availability.",
+        "model calls check_availability({'time': '7:00 PM', 'party_size': 4})",
+        "Apologize that the requested time is not available",
+        "Result of availability (tell the caller at a natural pause): available: no",
+        "model calls check_availability({'time': '9:00 PM', 'party_size': 4})",
+        "Reservation: 4 people at 9:00 PM.",
+        "Result of availability (tell the caller at a natural pause): available: yes",
+        "model calls end_conversation({})",
+        "Thank them and end the conversation.",
+        "done: initial, get_time, check, confirm, end; over: True",
+    ]
+    assert_in_order(proc.stdout, order)
+
+
+def test_restaurant_reservation_json_is_the_plan_in_the_example() -> None:
+    """``restaurant_reservation.json`` is what the example's plan writes (kept in step)."""
+    restaurant = example_module("restaurant_reservation")
+    lookup = restaurant.availability()
+    data = json.loads((ROOT / "examples" / "restaurant_reservation.json").read_text("utf-8"))
+    assert restaurant.restaurant_flow(lookup).to_json() == data
+    assert restaurant.restaurant_flow_from_data(lookup).to_json() == data
+
+
+def test_restaurant_reservation_in_process_books_nine() -> None:
+    restaurant = example_module("restaurant_reservation")
+    state = anyio.run(restaurant.main, lambda line: None)
+    assert state.get("booking:time") == "9:00 PM"
+    assert state.get("availability:result") == {"available": True, "alternatives": []}
+    assert state.get("flow:restaurant:complete") is True
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -151,13 +151,15 @@ class Activity:
         self._idle.cancel()
         self._reprompt.cancel()
 
-    def reply_ended(self) -> None:
+    def reply_ended(self) -> str:
+        """A reply ended (its words were played): what it said (taken)."""
         self.responding = False
-        self.changed()
-        if not self.words and self.call.replies.waiting and not self._silence.armed:
+        words = self.spoken()
+        if not words and self.call.replies.waiting and not self._silence.armed:
             # A reply with no words and no tool call leaves its context pending: once the
             # line stays quiet for the grace, the model had it and chose to say nothing.
             self._silence.start(self.idle_grace, self._said_nothing)
+        return words
 
     def bot_started(self) -> None:
         self.bot_speaking = True
@@ -167,14 +169,12 @@ class Activity:
     def said(self, text: str) -> None:
         self.words.append(text)
 
-    def bot_stopped(self) -> str:
-        """The bot stopped speaking: what it said (taken)."""
+    def bot_stopped(self) -> None:
+        """The bot stopped speaking: the caller's silence starts counting for a reprompt."""
         self.bot_speaking = False
-        words = self.spoken()
         timing = self.timing()
         if timing is not None and timing.reprompt_after_ms is not None and not self._reprompted:
             self._reprompt.start(timing.reprompt_after_ms / 1000, self._ask_again)
-        return words
 
     def spoken(self) -> str:
         """The words of the current reply said so far (taken)."""

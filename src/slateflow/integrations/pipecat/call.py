@@ -271,8 +271,12 @@ class PipecatCall:
         frames: list[Frame] = []
         message: dict[str, Any] | None = None
         if self.strategy == "developer":
-            if told.prompt:
-                message = {"role": "developer", "content": told.prompt}
+            # Two contexts can be written before the model answers either (a tool's result
+            # and the caller's next words): the model reads both, so a line is written once.
+            carried = self.replies.carried() if track else set()
+            lines = [line for line in told.lines if line not in carried]
+            if lines:
+                message = {"role": "developer", "content": "\n".join(lines)}
                 context.add_message(message)
         else:
             instruction = "\n\n".join(p for p in (self.system, told.full_prompt) if p)

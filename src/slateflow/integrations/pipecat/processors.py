@@ -106,13 +106,19 @@ class CallTap(FrameProcessor):  # type: ignore[misc]
         elif isinstance(frame, BotStartedSpeakingFrame):
             activity.bot_started()
         elif isinstance(frame, BotStoppedSpeakingFrame):
-            call.replies.spoke(activity.bot_stopped())
+            activity.bot_stopped()
             activity.changed()
             end = call.end_call and call.conversation.is_over
         elif isinstance(frame, LLMFullResponseStartFrame):
             activity.reply_started()
         elif isinstance(frame, LLMFullResponseEndFrame):
-            activity.reply_ended()
+            # The output passes a reply's end on once its words were played: each reply
+            # answers one context, even when two are spoken with no pause between them.
+            words = activity.reply_ended()
+            if words:
+                call.replies.spoke(words)
+            activity.changed()
+            end = call.end_call and call.conversation.is_over and not activity.bot_speaking
         elif isinstance(frame, FunctionCallInProgressFrame):
             call.replies.acted()
         elif isinstance(frame, InterruptionFrame):

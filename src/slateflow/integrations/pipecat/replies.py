@@ -65,6 +65,18 @@ class Replies:
         elif answered is not None:
             answered.handed_over()
 
+    def carried(self) -> set[str]:
+        """The lines that contexts of the current epoch, still unanswered, carry in messages
+        of the ``LLMContext``: a context written after them need not repeat them (if the
+        interruption that drops them comes, it drops the new one too)."""
+        self._prune()
+        return {
+            line
+            for epoch, context, message in self._open
+            if epoch == self.steered and message is not None
+            for line in context.lines
+        }
+
     def acted(self) -> None:
         """The model answered with a tool call: it got the oldest pending context."""
         answered = self._answered()

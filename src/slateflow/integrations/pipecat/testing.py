@@ -34,6 +34,7 @@ from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
     EndFrame,
     Frame,
+    FunctionCallCancelFrame,
     FunctionCallFromLLM,
     FunctionCallInProgressFrame,
     FunctionCallResultFrame,
@@ -45,6 +46,7 @@ from pipecat.frames.frames import (
     ProposedUserStartedSpeakingFrame,
     ProposedUserStoppedSpeakingFrame,
     StartFrame,
+    SystemFrame,
     TranscriptionFrame,
     TTSSpeakFrame,
     TTSTextFrame,
@@ -222,6 +224,11 @@ class FakeVoice(FrameProcessor):  # type: ignore[misc]
         if direction is DOWN and isinstance(frame, TTSSpeakFrame):
             self._queue.put_nowait(frame.text)
             return
+        if direction is DOWN and not isinstance(frame, SystemFrame | EndFrame):
+            # As a real output transport does, every other frame waits its turn behind the
+            # speech queued before it (a reply's start comes after the last reply's words).
+            self._queue.put_nowait(frame)
+            return
         if isinstance(frame, EndFrame) and self._speaker is not None:
             self._queue.put_nowait(None)  # say what is queued, then end
             await self._speaker
@@ -258,8 +265,13 @@ class FakeVoice(FrameProcessor):  # type: ignore[misc]
 
     async def _cut_off(self) -> None:
         self._pending = []
+        kept: list[str | Frame | None] = []
         while not self._queue.empty():
-            self._queue.get_nowait()
+            item = self._queue.get_nowait()
+            if isinstance(item, Frame) and not item.interruptible:
+                kept.append(item)  # a tool's result still reaches the context
+        for item in kept:
+            self._queue.put_nowait(item)
         if self._speaker is not None:
             await self.cancel_task(self._speaker)
             await self._bot(False)
@@ -285,7 +297,7 @@ class LineMonitor(FrameProcessor):  # type: ignore[misc]
                 self.responding = False
             elif isinstance(frame, FunctionCallInProgressFrame):
                 self.tools.add(frame.tool_call_id)
-            elif isinstance(frame, FunctionCallResultFrame):
+            elif isinstance(frame, FunctionCallResultFrame | FunctionCallCancelFrame):
                 self.tools.discard(frame.tool_call_id)
         await self.push_frame(frame, direction)
 
@@ -319,6 +331,17 @@ class Caller:
         return self.voice.heard
 
     @property
+    def ended(self) -> bool:
+        """Whether the pipeline has ended (the call hung up)."""
+        return self._running.done()
+
+    def answered_after(self, moment: float) -> float | None:
+        """Seconds from ``moment`` (a ``time.monotonic()`` reading) until the bot next started
+        speaking: how long the caller waited in silence; ``None`` if it has not spoken since."""
+        later = [t for kind, t in self.voice.events if kind == "started" and t > moment]
+        return later[0] - moment if later else None
+
+    @property
     def overlaps(self) -> list[float]:
         """When the bot started speaking while the caller was talking."""
         spans = list(self.spans)
@@ -346,22 +369,28 @@ class Caller:
         await self.begin_speaking()
         await self.finish_speaking(text)
 
-    async def wait_quiet(self, *, timeout: float = 10.0, settle: float = 0.05) -> None:
+    async def wait_quiet(
+        self, *, timeout: float = 10.0, settle: float = 0.05, resolvers: bool = False
+    ) -> None:
         """Wait until the line has been quiet for ``settle`` seconds in a row: nobody talking,
-        no reply or tool call in flight, no result about to be told. Raises ``TimeoutError``
-        naming what is still going on after ``timeout``."""
+        no reply or tool call in flight, no result about to be told. With ``resolvers=True``
+        the runs of the call's session count too (a caller who waits for the answer of a
+        background check: a test that completes a lookup by hand leaves it off). Raises
+        ``TimeoutError`` naming what is still going on after ``timeout``."""
         deadline = time.monotonic() + timeout
         quiet_since: float | None = None
         while True:
             now = time.monotonic()
-            if self._settled():
+            flags = self._flags(resolvers)
+            if not any(flags.values()):
                 quiet_since = quiet_since if quiet_since is not None else now
                 if now - quiet_since >= settle:
                     return
             else:
                 quiet_since = None
             if now >= deadline:
-                raise TimeoutError(f"the line is not quiet after {timeout}s: {self._busy()}")
+                busy = ", ".join(k for k, v in flags.items() if v)
+                raise TimeoutError(f"the line is not quiet after {timeout}s: {busy}")
             await asyncio.sleep(settle / 5)
 
     async def wait_ended(self, *, timeout: float = 10.0) -> None:
@@ -379,7 +408,7 @@ class Caller:
                 raise TimeoutError(f"waited {timeout}s for {what or condition!r}")
             await asyncio.sleep(0.001)
 
-    def _flags(self) -> dict[str, bool]:
+    def _flags(self, resolvers: bool = False) -> dict[str, bool]:
         monitor = self.monitor
         flags = {
             "the caller is speaking": self.speaking_since is not None,
@@ -389,6 +418,9 @@ class Caller:
         }
         call = self.call
         if call is not None:
+            if resolvers:
+                running = sorted({run.name for run in call.session.runs()})
+                flags[f"resolvers still running ({', '.join(running)})"] = bool(running)
             flags["the model has not answered its last context"] = call.replies.waiting
             flags["a result or a reprompt is about to be told"] = call.activity.pending_action
             a = call.activity
@@ -397,12 +429,6 @@ class Caller:
             flags["the call saw a reply start and not end"] = a.responding
             flags[f"the call runs tools {sorted(a.tools)}"] = bool(a.tools)
         return flags
-
-    def _settled(self) -> bool:
-        return not any(self._flags().values())
-
-    def _busy(self) -> str:
-        return ", ".join(k for k, v in self._flags().items() if v) or "nothing"
 
 
 def _now() -> str:
