@@ -1,7 +1,8 @@
 """How a PipecatCall steers a real pipeline: the two context strategies, tool results kept
 through rewrites, a turn cut off in a slow extractor, a speculative reply, voice timing (the
 floor held, the pause that ends a turn, a reprompt after silence, a filler while a tool runs),
-async tools, and slateflow keys in pipecat Flows templates."""
+async tools, slateflow keys in pipecat Flows templates, and two contexts sent to the model
+before it answers either."""
 
 from __future__ import annotations
 
@@ -271,3 +272,30 @@ async def test_pipecat_flows_templates_read_slateflow_keys_through_a_state_mappi
 
 
 
+
+
+async def test_two_contexts_sent_before_the_model_answers_write_a_line_once_and_both_count() -> None:
+    # The caller's words and a tool's result can reach the model together: pipecat runs it
+    # once per context frame, and the two replies may be spoken with no pause between them.
+    booking = Booking()
+    call = booking_call(booking)
+    llm = ScriptedLLMService(BookingAgent())
+    async with pipecat_call(call, llm) as caller:
+        await caller.say("Hello.")
+        await caller.wait_quiet()
+        before = len(call.context.get_messages())
+        words = "Saturday at seven for four, please."
+        call.context.add_message({"role": "user", "content": words})
+        for _ in range(2):
+            await caller.worker.queue_frame(LLMContextFrame(context=call.context))
+        await caller.wait_until(lambda: len(llm.requests) == 3, what="both replies")
+        await caller.wait_quiet()  # raises if a reply's context were left waiting
+        assert not call.replies.waiting
+        written = [
+            line
+            for m in call.context.get_messages()[before:]
+            if m.get("role") == "developer"
+            for line in m["content"].splitlines()
+        ]
+        assert written  # the step's posture, written ...
+        assert len(written) == len(set(written))  # ... once
