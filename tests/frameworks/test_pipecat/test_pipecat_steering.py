@@ -274,7 +274,7 @@ async def test_pipecat_flows_templates_read_slateflow_keys_through_a_state_mappi
 
 
 
-async def test_two_contexts_sent_before_the_model_answers_write_a_line_once_and_both_count() -> None:
+async def test_two_contexts_sent_before_the_model_answers_write_a_line_once_both_count() -> None:
     # The caller's words and a tool's result can reach the model together: pipecat runs it
     # once per context frame, and the two replies may be spoken with no pause between them.
     booking = Booking()
