@@ -3,7 +3,7 @@
 Run: ``python bench/store_bench.py`` (add ``--quick`` for a fast smoke run, as CI does).
 
 - Durable ``set`` with ``durability="batch"``: unpaced (what the caller waits, and the total
-  per write including the final ``flush()``), and paced at 10,000 writes/s for a few seconds:
+  per write including the final ``sync()``), and paced at 10,000 writes/s for a few seconds:
   CPU time per write (``time.process_time``, which counts the writer thread too) and whether
   the writes kept to the pace. Target: <= 30 us amortised at 10,000 writes/s.
 - ``durability="sync"``: what a ``set`` costs when it returns only once its commit is on disk.
@@ -45,7 +45,7 @@ def bench_batch_unpaced(where: Path, n: int) -> tuple[float, float, float]:
     for i, key in enumerate(keys):
         set_(key, i, source="extraction", writer="slots")
     t1 = time.perf_counter()
-    state.flush()
+    state.sync()
     t2, cpu1 = time.perf_counter(), time.process_time()
     state.close()
     return (t1 - t0) / n * 1e6, (t2 - t0) / n * 1e6, (cpu1 - cpu0) / n * 1e6
@@ -70,7 +70,7 @@ def bench_batch_paced(where: Path, rate: int, seconds: float) -> tuple[float, fl
         lag = max(lag, now - due)
         if now < due:
             time.sleep(due - now)
-    state.flush()
+    state.sync()
     t1, cpu1 = time.perf_counter(), time.process_time()
     state.close()
     return (cpu1 - cpu0) / n * 1e6, n / (t1 - t0), max(lag, 0.0) * 1e3
@@ -142,7 +142,7 @@ def bench_flow(make: Callable[[], State], flows: int) -> float:
         state.set(f"{name}:date", "Saturday", source="extraction", writer="slots")
         state.set(f"{name}:slots", ["19:00", "19:30"], source="fetch", writer="availability")
         state.set(f"{name}:booked", True, source="tool", writer="book_table")
-        state.flush()
+        state.sync()
         assert runner.is_complete
         runner.close()
     spent = time.perf_counter() - t0

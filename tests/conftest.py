@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.properties)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on 127.0.0.1 for the test session (no persistence); each test
+    uses call ids of its own (see ``call_id``)."""
+    from redis_support import redis_process
+
+    with redis_process(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
+
+
+@pytest.fixture
+def call_id(request: pytest.FixtureRequest) -> str:
+    """A call id no other test uses."""
+    import uuid
+
+    name = "".join(ch if ch.isalnum() or ch in "_-." else "-" for ch in request.node.name[:40])
+    return f"{name}-{uuid.uuid4().hex[:8]}"

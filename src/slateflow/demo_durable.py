@@ -99,7 +99,7 @@ async def _call(state: State, path: str, out: Out) -> None:
                     out("  the lookup that did not finish runs again (at-least-once)")
             for n in range(heard, len(BEATS)):
                 if heard == 0 and n == DROP_AFTER:
-                    state.flush()
+                    state.sync()
                     out(
                         f"  ... the line drops here, with availability "
                         f"{state.get('availability:status')!r}. Run the same command again "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "CommitUnknownError",
     "CursorExpiredError",
     "DeliveryChainError",
     "DispatchError",
@@ -47,7 +48,9 @@ __all__ = [
     "StateValueError",
     "StoreClosedError",
     "StoreCorruptError",
+    "StoreDivergedError",
     "StoreError",
+    "StoreUnavailableError",
     "SupervisionError",
     "TemplateError",
     "ToolCallError",
@@ -324,6 +327,26 @@ class StoreCorruptError(StoreError):
 
 class StoreClosedError(StoreError):
     """The state's durable store was closed: open the file again (``State.open``) to write."""
+
+
+class StoreUnavailableError(StoreError):
+    """The server a shared State commits through cannot be reached: nothing was committed and
+    the local replica is as it was (reads keep serving it). The message names the server and
+    the call; write again once it is back."""
+
+
+class CommitUnknownError(StoreError):
+    """A commit was sent to a shared State's server but no reply came back, even after sending
+    it again: it may or may not have been applied (it is never applied twice). The local
+    replica is as it was; if the commit was applied, it arrives through the follower like any
+    other process's commit. Read the key again before deciding to retry."""
+
+
+class StoreDivergedError(StoreError):
+    """A replica found a history on its shared store that it cannot account for (the server
+    lost commits the replica had applied, or trimmed past them). The replica resynced from the
+    server's snapshot; this error, sent on ``state.receiver_failed`` and logged, says what was
+    lost. Nothing is merged silently."""
 
 
 class HistoryError(StoreError, LookupError):

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from slateflow import State
 from slateflow.errors import MissingKeyError
 from slateflow.stores import MemoryStore
-from slateflow.stores.records import CommitRow
 
 KEYS = ["a", "b", "c:d"]
 
@@ -192,33 +191,6 @@ def test_engine_agrees_with_a_dict_model_on_any_sequence(sequence: list[tuple[An
     assert replica.snapshot() == state.snapshot()
 
 
-class _DecidingStore(MemoryStore):
-    """A store that decides the order itself: each commit lands 10 seqs after the previous one
-    (other processes' commits in between, say)."""
-
-    def commit(self, batch: CommitRow) -> CommitRow:
-        _seq, at, origin, changes = batch
-        head = self._commits[-1][0] if self._commits else 0
-        decided = (head + 10, at, origin, changes)
-        self._commits.append(decided)
-        return decided
-
-
-def test_a_store_that_decides_the_seq_is_followed_by_state_journal_and_receivers() -> None:
-    store = _DecidingStore()
-    state = State(store=store)
-    seen: list[int] = []
-    state.subscribe(lambda changes: seen.extend(c.seq for c in changes), keys=["a"])
-    state.set("a", 1)
-    state.update({"a": 2, "b": 3})
-    assert state.journal.cursor == 20
-    assert state.entry("a").seq == 20  # type: ignore[union-attr]
-    assert [c.seq for c in state.journal.since(0)] == [10, 20, 20]
-    assert seen == [10, 20]
-    assert state.set("c", 4) == 1
-    assert state.journal.cursor == 30
-
-
 def test_a_replica_refuses_a_commit_that_does_not_follow_its_cursor() -> None:
     from slateflow.errors import StoreCorruptError
 
@@ -247,17 +219,3 @@ def test_a_replica_delivers_applied_commits_like_local_ones() -> None:
         replica.engine.apply(commit)
     assert got == [("a", "x")]
     assert replica.provenance("a") == source.provenance("a")
-
-
-def test_an_ordering_store_under_encryption_still_decides_the_seq() -> None:
-    pytest.importorskip("cryptography")
-    from slateflow.state.sealing import SealedStore, Sealer, new_key
-
-    inner = _DecidingStore()
-    store = SealedStore(inner, Sealer(new_key()), lambda key: key == "card")
-    state = State(store=store)
-    state.set("card", "4111")
-    state.set("other", 1)
-    assert state.journal.cursor == 20
-    assert inner._commits[0][3][0][1] != "4111"  # sealed on the way in
-    assert [c[0] for c in store.commits()] == [10, 20]

@@ -4,7 +4,7 @@
 ``db``, runs the flow to completion and exits; with ``kill_after`` it SIGKILLs itself that
 many seconds in, wherever it is: inside a commit, inside the store's writer thread, between
 a resolver's side effect and its result. Every resolver counts its side effect in the separate
-SQLite file ``effects``; every write the worker was told is durable (``state.flush()``
+SQLite file ``effects``; every write the worker was told is durable (``state.sync()``
 returned, or ``set`` returned under ``durability="sync"``) is appended to ``acks`` as
 ``seq key`` so the checker can prove no acknowledged write was lost.
 
@@ -112,11 +112,11 @@ async def _drive(db: str, effects_path: str, acks_path: str, durability: Durabil
                 if state.get(key) is None:
                     state.set(key, True)
                     if durability != "sync":
-                        state.flush()
+                        state.sync()
                     _ack(fd, state.journal.cursor, key)
             await runner.wait_complete()
             await session.wait_idle()
-        state.flush()
+        state.sync()
     finally:
         state.close()
         os.close(fd)

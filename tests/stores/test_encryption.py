@@ -44,7 +44,7 @@ def write_call(path: Path, key: str) -> None:
         state.set("card:number", CARD)
         state.set("card:meta", {"brand": "visa", "last4": [1, 1, 1, 1]})
         state.set("booking:size", 4)
-        state.flush()
+        state.sync()
         assert CARD.encode() not in on_disk(path)  # not even in the WAL while open
 
 
@@ -203,12 +203,12 @@ def test_a_secret_declared_late_is_sealed_on_disk_at_once_history_and_all(tmp_pa
     with State.open(path, encryption_key=key) as state:
         state.set("card:number", CARD)  # not secret yet: stored in clear
         state.set("booking:size", 4)
-        state.flush()
+        state.sync()
         assert CARD.encode() in on_disk(path)
         state.policy("card:*", secret=True)
         assert CARD.encode() not in on_disk(path)  # sealed as it was declared
         state.set("card:number", "4000000000000002")  # written again: sealed too
-        state.flush()
+        state.sync()
         assert CARD.encode() not in on_disk(path)
         assert b"4000000000000002" not in on_disk(path)
         assert state.journal.at(1).get("card:number") == CARD  # history kept, opened by the key
@@ -268,6 +268,6 @@ def test_a_late_secret_is_sealed_whatever_its_pattern_or_alphabet(
     path = tmp_path / "call.db"
     with State.open(path, encryption_key=new_key()) as state:
         state.set(key, CARD)
-        state.flush()
+        state.sync()
         state.policy(pattern, secret=True)
         assert CARD.encode() not in on_disk(path)

@@ -405,10 +405,10 @@ def test_a_file_being_written_can_be_read(tmp_path: Path) -> None:
     path = tmp_path / "live.db"
     with State.open(path) as state:
         state.set("a", 1)
-        state.flush()
+        state.sync()
         assert replay(path)[-1] == "  a  (new) -> 1  v1  user"
         state.set("a", 2)
-        state.flush()
+        state.sync()
         assert replay(path)[-1] == "  a  1 -> 2  v2  user"
         store = SQLiteStore(path, readonly=True)
         try:

@@ -440,7 +440,7 @@ async def test_a_sqlite_state_resumes_a_flow_mid_run(tmp_path: Path) -> None:
         await clock.advance(2)
         await clock.advance(0)
         await clock.advance(1)  # quote (3 s) is in flight
-        state.flush()
+        state.sync()
         crash_copy(path, copy)
     state.close()
     assert effects.counts == {"lookup": 1, "quote": 1}

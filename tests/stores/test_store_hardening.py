@@ -91,7 +91,7 @@ def test_a_batch_writer_waits_when_max_queue_commits_are_waiting(
     disk.release.set()
     thread.join(10)
     assert wrote == list(range(1, 8))
-    state.flush()
+    state.sync()
     state.close()
     with State.open(tmp_path / "s.db") as again:
         assert again.get("n") == 7
@@ -116,7 +116,7 @@ def test_a_batch_writer_waits_once_the_oldest_queued_commit_is_max_lag_old(
     assert len(store._queue) == 1
     disk.release.set()
     thread.join(10)
-    state.flush()
+    state.sync()
     assert state.get("n") == 2
 
 
@@ -163,7 +163,7 @@ def test_a_second_writer_through_a_symlink_is_refused(tmp_path: Path, opened: li
     with pytest.raises(StoreError, match=rf"link\.db.* open for writing .*process {os.getpid()}"):
         State.open(link)
     first.set("a", 2)  # the first writer is unaffected
-    first.flush()
+    first.sync()
     first.close()
     with State.open(link) as again:  # closed: the file is free through any name
         assert again.get("a") == 2
@@ -178,7 +178,7 @@ def test_a_second_writer_through_another_spelling_is_refused(
     with pytest.raises(StoreError, match="open for writing"):
         State.open(Path("..") / "s.db")
     first.set("a", 1)  # a chdir does not make the open file look moved
-    first.flush()
+    first.sync()
 
 
 def test_a_second_writer_through_a_hard_link_is_told_about_the_links(
@@ -187,13 +187,13 @@ def test_a_second_writer_through_a_hard_link_is_told_about_the_links(
     path = tmp_path / "s.db"
     first = durable(path, opened)
     first.set("a", 1)
-    first.flush()
+    first.sync()
     os.link(path, tmp_path / "hard.db")
     with pytest.raises(StoreError, match=r"hard\.db.*2 names \(hard links\)") as info:
         State.open(tmp_path / "hard.db")
     assert "damaged" not in str(info.value)
     first.set("a", 2)
-    first.flush()
+    first.sync()
     first.close()
     with State.open(tmp_path / "hard.db") as again:
         assert again.get("a") == 2
@@ -222,7 +222,7 @@ def test_a_file_deleted_or_moved_while_open_fails_the_next_write(
     path = tmp_path / "s.db"
     state = durable(path, opened, durability=durability)
     state.set("a", 1)
-    state.flush()
+    state.sync()
     if how == "deleted":
         path.unlink()
     elif how == "moved":
@@ -234,7 +234,7 @@ def test_a_file_deleted_or_moved_while_open_fails_the_next_write(
     # Under "batch" the set is queued and its flush finds out; under "sync" the set itself.
     with pytest.raises(StoreError, match=r"s\.db.* deleted or moved while open"):  # noqa: PT012
         state.set("a", 2)
-        state.flush()
+        state.sync()
     with pytest.raises(StoreError, match="deleted or moved"):
         state.set("b", 3)  # refused: nothing more is applied
     assert state.get("b") is None

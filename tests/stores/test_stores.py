@@ -292,7 +292,7 @@ def test_the_store_property_names_the_store_and_its_durability(backend: Backend)
     assert state.store.durability == backend.kind
     plain = State()
     assert plain.store is None
-    plain.flush()
+    plain.sync()
     plain.close()  # nothing to close
     plain.set("a", 1)
 
@@ -461,7 +461,7 @@ def test_at_returns_a_detached_state(backend: Backend) -> None:
     state = backend.open()
     state.set("a", 1)
     state.set("a", 2)
-    state.flush()
+    state.sync()
     past = state.journal.at(1)
     assert past.store is None
     past.set("a", 100)
@@ -472,7 +472,7 @@ def test_at_returns_a_detached_state(backend: Backend) -> None:
     assert state.journal.cursor == 2
     assert state.journal.at(1).get("a") == 1
     if backend.kind != "memory":
-        state.flush()
+        state.sync()
         assert max_seq(backend.path) == 2
     again = backend.reopen(state)
     assert again.get("a") == 2
@@ -503,7 +503,7 @@ def test_compact_then_reopen_is_exact(backend: Backend) -> None:
     state.rename("k1", "k9")
     later = snap(state)
     if backend.kind != "memory":
-        state.flush()
+        state.sync()
         with closing(sqlite3.connect(backend.path)) as conn:
             assert conn.execute("SELECT seq FROM base").fetchall() == [(6,)]
             assert conn.execute("SELECT seq FROM commits ORDER BY seq").fetchall() == [(7,), (8,)]
@@ -562,9 +562,9 @@ def test_batch_durability_is_on_disk_after_flush(tmp_path: Path, opened: list[St
     state = open_file(path, opened, "batch")
     for i in range(50):
         state.set("a", i)
-    state.flush()
+    state.sync()
     assert max_seq(path) == 50
-    state.flush()  # nothing queued: returns at once
+    state.sync()  # nothing queued: returns at once
     assert max_seq(path) == 50
 
 
@@ -595,7 +595,7 @@ def test_close_refuses_writes_and_keeps_reads(backend: Backend) -> None:
     assert snap(state) == before
     assert state.keys() == ["a", "b"]
     assert state.provenance("a") is not None
-    state.flush()  # nothing left to write: fine after close
+    state.sync()  # nothing left to write: fine after close
     again = backend.reopen(state)
     assert snap(again) == before
 
@@ -638,7 +638,7 @@ def test_a_main_file_copied_while_open_is_a_consistent_prefix(
     for i in range(40):
         state.update({"a": i, "b": [i]})
         seen[state.journal.cursor] = snap(state)
-    state.flush()  # in the WAL, maybe not yet in the main file
+    state.sync()  # in the WAL, maybe not yet in the main file
     copy = tmp_path / "copy.db"
     shutil.copyfile(path, copy)
     with State.open(copy) as again:
@@ -666,14 +666,14 @@ def test_a_store_that_cannot_write_refuses_every_later_write(
     path = tmp_path / "s.db"
     first = open_file(path, opened)
     first.set("a", 1)
-    first.flush()
+    first.sync()
     # Something else writes the file behind the store's back (a second writer on a system
     # without flock, a restored backup): the next commit collides on the writer thread.
     with closing(sqlite3.connect(path)) as intruder:
         intrude(intruder)
     first.set("b", 2)
     with pytest.raises(StoreError, match=r"s\.db") as info:
-        first.flush()
+        first.sync()
     assert not isinstance(info.value, StoreClosedError)
     store = first.store
     assert store is not None
@@ -719,7 +719,7 @@ def test_a_writer_in_another_process_holds_the_file_until_it_dies(tmp_path: Path
             sys.executable,
             "-c",
             "import sys; from slateflow import State; s = State.open(sys.argv[1]); "
-            "s.set('a', 1); s.flush(); print('open', flush=True); sys.stdin.read()",
+            "s.set('a', 1); s.sync(); print('open', flush=True); sys.stdin.read()",
             str(path),
         ],
         stdin=subprocess.PIPE,
@@ -779,7 +779,7 @@ def test_a_failed_sync_write_raises_and_refuses_the_next(
     assert first.get("c") is None
     assert first.journal.cursor == cursor
     with pytest.raises(StoreError):
-        first.flush()
+        first.sync()
     with pytest.raises(StoreError):
         first.close()
     with State.open(path) as again:
@@ -795,7 +795,7 @@ def test_a_value_the_store_cannot_encode_is_refused_up_front(
     with contextlib.suppress(StateValueError):
         state.set("bad", value)
     state.set("ok", 2)  # the store must still work
-    state.flush()
+    state.sync()
     assert state.get("ok") == 2
 
 
@@ -961,11 +961,12 @@ def test_memory_store_copy_is_a_restart_point() -> None:
 from test_structure import runtime_imports  # noqa: E402
 
 
-def test_stores_import_only_errors_and_themselves() -> None:
+def test_stores_import_only_errors_extras_and_themselves() -> None:
     for path in sorted((SRC / "stores").glob("*.py")):
         is_package = path.name == "__init__.py"
         module = "slateflow.stores" + ("" if is_package else f".{path.stem}")
         for target in runtime_imports(path.read_text("utf-8"), module, is_package):
-            assert target == "slateflow.errors" or target.startswith("slateflow.stores"), (
+            base = target in ("slateflow.errors", "slateflow.extras")  # extras: lazy imports
+            assert base or target.startswith("slateflow.stores"), (
                 f"{module} imports {target}"
             )

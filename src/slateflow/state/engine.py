@@ -12,13 +12,17 @@ Every write reaches the engine: ``State.set`` / ``update`` / ``modify`` / ``remo
    next version (an equal value is a no-op: no version, no record); nothing is written yet;
 3. **provenance**: the op's :class:`Stamp` and the commit time go into the change;
 4. **store**: the batch goes to the store, which may refuse it (nothing was written, so the
-   state is as it was) and which says what it committed (seq, versions) — a shared store
-   decides the order;
+   state is as it was);
 5. **apply** (:meth:`Engine._apply`, the one place rows are written): the rows change, the
    cursor moves on, the batch joins the journal ring, feeds the sinks and is queued for
    delivery if a receiver watches one of its keys;
 6. **deliver**: after the lock is released, the batch is sent on ``state.changed`` to its
    receivers, in the order they connected (see :mod:`slateflow.state.delivery`).
+
+On a State shared through a store several processes use (``State.connect``), steps 2 to 4
+are the store's: :attr:`Engine.shared` (a :class:`~slateflow.state.replica.Replica`) proposes
+the validated ops, the store checks versions, drops no-ops and decides seq and versions, and
+the replica applies what it committed through step 5.
 
 The State is the façade users call; the flow and resolve layers use the engine's public
 methods, never the State's private names.
@@ -29,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     StoreCorruptError,
@@ -50,6 +54,9 @@ from .schema import Schemas
 from .sinks import JournalSink
 from .validation import Op, Validator
 from .values import BIG_INT, JSON, REMOVED, Prefix, plain, same
+
+if TYPE_CHECKING:
+    from .replica import Replica
 
 __all__ = ["Engine", "Op", "Row"]
 
@@ -122,6 +129,9 @@ class Engine:
         self.delivery = Delivery(owner, self.lock)
         self.store: Store | None = None
         self.sync = False
+        self.shared: Replica | None = None
+        """The replica's commit path when the store is shared (``State.connect``): every write
+        goes through it (:mod:`slateflow.state.replica`)."""
 
     # -- the commit path ---------------------------------------------------------------------
 
@@ -133,6 +143,8 @@ class Engine:
         The one-op form of :meth:`commit`, the State's hot path: the same steps, without
         building a batch. A scalar over an existing key of an ungoverned state skips validation.
         """
+        if self.shared is not None:
+            return self.shared.write(key, value, stamp, expected_version)
         entries = self.entries
         policy = self.policy
         # acquire/release costs a third of a with-block on CPython 3.11.
@@ -183,25 +195,9 @@ class Engine:
             if store is not None:
                 # Before anything is applied: a store that refuses the commit leaves the
                 # state exactly as it was.
-                seq, (version,) = self._persist(
-                    store,
-                    (
-                        seq,
-                        at,
-                        "set",
-                        (
-                            (
-                                name,
-                                cleaned,
-                                version,
-                                stamp.source,
-                                stamp.writer,
-                                stamp.confidence,
-                                stamp.meta,
-                            ),
-                        ),
-                    ),
-                )
+                row_out = (name, cleaned, version, stamp.source, stamp.writer, stamp.confidence,
+                           stamp.meta)  # fmt: skip
+                store.append((seq, at, "set", (row_out,)))
             # A plain tuple: it becomes a Change only if someone reads it.
             change: RawChange = (name, old, cleaned, version, seq, "set", False, at, stamp, policy)
             # _apply for one change, inlined: this is the hot path of State.set (the general
@@ -344,6 +340,10 @@ class Engine:
         failure leaves everything as it was. Returns the commit's seq (the current cursor when
         nothing changed).
         """
+        if self.shared is not None:
+            return self.shared.commit(
+                ops, origin, expected=expected, reads=reads, deliver=deliver, refresh=refresh
+            )
         entries = self.entries
         policy = self.policy
         store = self.store
@@ -395,10 +395,7 @@ class Engine:
                     (c[0], plain(c[2]), c[3], c[8].source, c[8].writer, c[8].confidence, c[8].meta)
                     for c in changes
                 ]
-                got_seq, versions = self._persist(store, (seq, at, origin, tuple(rows)))
-                if got_seq != seq or any(v != c[3] for v, c in zip(versions, changes, strict=True)):
-                    changes = _renumber(changes, got_seq, versions)
-                    seq = got_seq
+                store.append((seq, at, origin, tuple(rows)))
             batch = tuple(changes)
             failures = self._apply(batch)
         finally:
@@ -410,35 +407,42 @@ class Engine:
     def apply(self, commit: CommitRow) -> int:
         """Apply a commit another process made (its seq, versions and stamps as they are).
 
-        For a replica of a shared store: the commit goes through the same rows, journal, sinks
-        and delivery as a local one, but it is neither validated (its maker did that) nor
-        handed to the store (it came from there). Raises :class:`StoreCorruptError` if its seq
-        or a version does not follow what this engine holds. Returns the commit's seq.
+        For a replica: the commit goes through the same rows, journal, sinks and delivery as a
+        local one, but it is neither validated (its maker did that) nor handed to the store
+        (it came from there). Raises :class:`StoreCorruptError` if its seq or a version does
+        not follow what this engine holds. Returns the commit's seq.
         """
-        seq, at, origin, rows = commit
         with self.lock:
-            if seq != self.seq + 1:
-                raise StoreCorruptError(
-                    f"commit {seq} does not follow seq {self.seq}; fetch the commits in between"
-                )
-            entries = dict(self.entries) if len({r[0] for r in rows}) < len(rows) else None
-            view = self.entries if entries is None else entries
-            changes: list[RawChange] = []
-            for key, value, version, source, writer, conf, meta in rows:
-                row = follow(view, key, version, seq)
-                stamp = Stamp(source, writer, conf, meta)
-                old = None if row is None else row[0]
-                if entries is not None:  # a key twice in one commit: the second sees the first
-                    if version:
-                        entries[key] = (value, version, seq, at, stamp)
-                    else:
-                        del entries[key]
-                changes.append(
-                    (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
-                )
-            batch = tuple(changes)
-            failures = self._apply(batch)
-        return self._after(batch, seq, True, failures)
+            batch, failures = self.apply_locked(commit)
+        return self._after(batch, commit[0], True, failures)
+
+    def apply_locked(
+        self, commit: CommitRow
+    ) -> tuple[tuple[RawChange, ...], list[tuple[object, Exception]] | None]:
+        """:meth:`apply` without the delivery, for a caller holding :attr:`lock`: the batch
+        applied and the sinks' failures (it reports them and delivers after releasing)."""
+        seq, at, origin, rows = commit
+        if seq != self.seq + 1:
+            raise StoreCorruptError(
+                f"commit {seq} does not follow seq {self.seq}; fetch the commits in between"
+            )
+        entries = dict(self.entries) if len({r[0] for r in rows}) < len(rows) else None
+        view = self.entries if entries is None else entries
+        changes: list[RawChange] = []
+        for key, value, version, source, writer, conf, meta in rows:
+            row = follow(view, key, version, seq)
+            stamp = Stamp(source, writer, conf, meta)
+            old = None if row is None else row[0]
+            if entries is not None:  # a key twice in one commit: the second sees the first
+                if version:
+                    entries[key] = (value, version, seq, at, stamp)
+                else:
+                    del entries[key]
+            changes.append(
+                (key, old, value, version, seq, origin, not version, at, stamp, self.policy)
+            )
+        batch = tuple(changes)
+        return batch, self._apply(batch)
 
     def _check_versions(
         self, expected: Mapping[str, int] | None, reads: Mapping[str, int] | None
@@ -458,20 +462,6 @@ class Engine:
                     raise VersionConflictError(
                         f"{key!r} is at version {have}, not the {label} {version}; {why}"
                     )
-
-    @staticmethod
-    def _persist(store: Store, commit: CommitRow) -> tuple[int, tuple[int, ...]]:
-        """Hand a batch to the store: what it committed, ``(seq, versions)``.
-
-        A store with ``commit()`` decides (a shared store orders commits from many processes);
-        one with only ``append()`` keeps the proposal.
-        """
-        decide = getattr(store, "commit", None)
-        if decide is None:
-            store.append(commit)
-            return commit[0], tuple(c[2] for c in commit[3])
-        done = decide(commit)
-        return done[0], tuple(c[2] for c in done[3])
 
     def _apply(self, batch: tuple[RawChange, ...]) -> list[tuple[object, Exception]] | None:
         """Under the lock, the one place batches are written (``write`` inlines it for its one
@@ -581,11 +571,3 @@ class Engine:
             self.entries.update(rows)
             self.seq = seq
             self.ring.clear(seq)
-
-
-def _renumber(changes: list[RawChange], seq: int, versions: tuple[int, ...]) -> list[RawChange]:
-    """A batch rewritten to the seq and versions its store committed it at."""
-    return [
-        (c[0], c[1], c[2], version, seq, c[5], c[6], c[7], c[8], c[9])
-        for c, version in zip(changes, versions, strict=True)
-    ]

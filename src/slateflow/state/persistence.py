@@ -1,7 +1,9 @@
-"""Persistence for the State: attaching a store, durable files, closing.
+"""Persistence for the State: attaching a store, durable files, shared calls, closing.
 
-``State(store=...)``, ``State.open(path)`` and ``state.close()`` call these; the commit path
-itself hands each batch to the store (:mod:`slateflow.state.engine`).
+``State(store=...)``, ``State.open(path)``, ``State.connect(url, call_id)``, ``state.sync()``
+and ``state.close()`` call these; the commit path itself hands each batch to the store
+(:mod:`slateflow.state.engine`), or to the replica of a shared one
+(:mod:`slateflow.state.replica`).
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import StoreCorruptError
 from ..stores.base import Durability, Store
+from . import governance
 from .engine import Engine
 from .policy import Policy
+from .replica import Replica
 from .sealing import EncryptionKey, SealedStore, Sealer, is_sealed, needs_key
 
 if TYPE_CHECKING:
     from .state import State
 
-__all__ = ["attach", "close", "open_file"]
+__all__ = ["attach", "close", "connect", "open_file", "sync"]
 
 S = TypeVar("S", bound="State")
 
@@ -68,6 +72,32 @@ def open_file(
             store.close()
             raise needs_key(path, sealed)
     return state
+
+
+def connect(cls: type[S], options: dict[str, Any], url: str, call_id: str, **store: Any) -> S:
+    """``cls(**options)`` as a replica of ``call_id`` on the Redis server at ``url``: loaded
+    from the server's snapshot, committing through it, following its commits."""
+    from ..stores.redis import RedisStore
+
+    shared = RedisStore(url, call_id, **store)
+    snapshot = shared.snapshot()
+    state = cls(**options)
+    engine = state.engine
+    engine.recover(snapshot.loaded)
+    engine.store = shared
+    engine.shared = Replica(engine, shared, snapshot.head)
+    governance.record_secrets(engine)
+    shared.follow(engine.shared)
+    return state
+
+
+def sync(engine: Engine) -> None:
+    """Every commit so far in the store (on disk, for a durable one), and on a shared State
+    every commit the other processes made applied here."""
+    if engine.shared is not None:
+        engine.shared.sync()
+    if engine.store is not None:
+        engine.store.sync(engine.seq)
 
 
 def close(engine: Engine) -> None:

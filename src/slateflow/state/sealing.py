@@ -181,16 +181,6 @@ class SealedStore:
         seq, at_ns, origin, changes = commit
         self.inner.append((seq, at_ns, origin, tuple(self._seal_change(c) for c in changes)))
 
-    def commit(self, commit: CommitRow) -> CommitRow:
-        """Seal and commit through the inner store's ``commit`` (``append`` if it has none)."""
-        decide = getattr(self.inner, "commit", None)
-        if decide is None:
-            self.append(commit)
-            return commit
-        seq, at_ns, origin, changes = commit
-        done: CommitRow = decide((seq, at_ns, origin, tuple(self._seal_change(c) for c in changes)))
-        return done
-
     def sync(self, seq: int | None = None) -> None:
         self.inner.sync(seq)
 

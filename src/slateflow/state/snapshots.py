@@ -8,18 +8,31 @@ from typing import Any, TypeVar
 
 from ..errors import SchemaError, SnapshotError
 from .keys import META_PREFIX, Key, check_key
-from .provenance import Provenance, Stamp, dt_to_ns
-from .records import SECRET_MASK
+from .provenance import Provenance, Stamp, dt_to_ns, ns_to_dt
+from .records import SECRET_MASK, Entry
 from .schema import explain
 from .values import JSON, clean, copy_json
 
-__all__ = ["SNAPSHOT_FORMAT", "build", "describe", "missing", "parse", "typed"]
+__all__ = ["SNAPSHOT_FORMAT", "build", "describe", "entry", "missing", "parse", "typed"]
 
 T = TypeVar("T")
 
 SNAPSHOT_FORMAT = "slateflow.snapshot/1"
 
 Row = tuple[JSON, int, int, int, Stamp]
+
+
+def entry(key: str, row: Row, secret: bool) -> Entry:
+    """The :class:`Entry` a State shows for ``key``'s ``row``."""
+    return Entry(
+        key=key,
+        value=copy_json(row[0]),
+        version=row[1],
+        seq=row[2],
+        provenance=row[4].provenance(row[3]),
+        updated_at=ns_to_dt(row[3]),
+        secret=secret,
+    )
 
 
 def build(

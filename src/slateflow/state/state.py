@@ -21,7 +21,7 @@ from .journal import Journal
 from .keys import KNOWN_VALID, META_PREFIX, Key, check_key, key_name
 from .keys import key_list as _key_list
 from .policy import Policy
-from .provenance import Provenance, ns_to_dt
+from .provenance import Provenance
 from .records import Change, Entry
 from .sealing import EncryptionKey
 from .sinks import JournalSink
@@ -174,17 +174,7 @@ class State:
         (inside a transaction: the committed entry; buffered writes have no version yet)."""
         name = key_name(key)
         row = self._row(name)
-        if row is None:
-            return None
-        return Entry(
-            key=name,
-            value=copy_json(row[0]),
-            version=row[1],
-            seq=row[2],
-            provenance=row[4].provenance(row[3]),
-            updated_at=ns_to_dt(row[3]),
-            secret=self._secret(name),
-        )
+        return None if row is None else snapshots.entry(name, row, self._secret(name))
 
     def version(self, key: str | Key[Any]) -> int:
         """The key's current version (0 when it is not set)."""
@@ -229,13 +219,9 @@ class State:
         """A dict of the given keys that are set, with their values, read in one view."""
         if self._context.tx_open and (tx := self._tx()) is not None:
             return tx.pick(*(key_name(k) for k in keys))
-        found = {}
         with self._lock:
-            for key in keys:
-                row = self._row(key)
-                if row is not None:
-                    found[key_name(key)] = row[0]
-        return {k: copy_json(v) for k, v in found.items()}
+            rows = [(key_name(key), self._row(key)) for key in keys]
+        return {k: copy_json(row[0]) for k, row in rows if row is not None}
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -250,9 +236,8 @@ class State:
         meta: Mapping[str, Any] | None = None,
         expected_version: int | None = None,
     ) -> int:
-        """Write ``value`` at ``key``; returns the key's new version.
-
-        ``source``/``writer``/``confidence``/``meta`` become the value's provenance.
+        """Write ``value`` at ``key``; returns the key's new version. ``source``/``writer``/
+        ``confidence``/``meta`` become the value's provenance.
         ``expected_version=v`` makes the write conditional (``0``: the key must not exist) and
         raises :class:`VersionConflictError` otherwise. Writing a value equal to the current one
         is a no-op: same version, no journal record, no signal. Any failure writes nothing.
@@ -329,12 +314,10 @@ class State:
         confidence: float | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Any:
-        """Atomically replace the value with ``fn(current)`` (``fn(default)`` if absent).
-
-        No other write to the state can happen between the read and the write, so concurrent
-        ``modify`` calls never lose an update. ``fn`` runs while the state's lock is held: keep
-        it quick and do not wait on other threads inside it. Returns the new value.
-        """
+        """Atomically replace the value with ``fn(current)`` (``fn(default)`` if absent); returns
+        the new value. Concurrent ``modify`` calls never lose an update. ``fn`` runs under the
+        state's lock: keep it quick. On a shared State it may run more than once (a
+        compare-and-set loop: another process changed the key between read and commit)."""
         engine = self._engine
         context = self._context
         if context.fenced:
@@ -355,11 +338,9 @@ class State:
         source: str = "user",
         writer: str | None = None,
     ) -> int:
-        """Move ``old``'s value to ``new`` in one batch, keeping its provenance.
-
-        Raises :class:`MissingKeyError` if ``old`` is absent and :class:`KeyExistsError` if
-        ``new`` exists (unless ``overwrite=True``). Returns ``new``'s version.
-        """
+        """Move ``old``'s value to ``new`` in one batch, keeping its provenance; returns
+        ``new``'s version. Raises :class:`MissingKeyError` if ``old`` is absent and
+        :class:`KeyExistsError` if ``new`` exists (unless ``overwrite=True``)."""
         engine = self._engine
         context = self._context
         if context.fenced:
@@ -397,13 +378,10 @@ class State:
         allow: str | Iterable[str],
         deny: Iterable[str] = (),
     ) -> AbstractContextManager[Actor]:
-        """Within the block (this thread or task, and tasks it starts), write as ``writer``.
-
-        Writes with the default provenance are stamped ``source``/``writer``; a write to a key
-        outside the ``allow`` patterns, or inside ``deny``, raises :class:`PolicyViolation` and
-        writes nothing. The Session runs each resolver's code like this, fenced to its own
-        ``<name>:*`` keys.
-        """
+        """Within the block (this thread or task, and tasks it starts), write as ``writer``:
+        default provenance becomes ``source``/``writer``, and a write outside the ``allow``
+        patterns (or inside ``deny``) raises :class:`PolicyViolation`, writing nothing. The
+        Session runs each resolver's code so, fenced to its own ``<name>:*`` keys."""
         actor = Actor(writer, source, [allow] if isinstance(allow, str) else allow, deny)
         return self._context.acting_as(actor)
 
@@ -424,14 +402,11 @@ class State:
         keys: str | Key[Any] | Iterable[str | Key[Any]] | None = None,
         pattern: str | Iterable[str] | None = None,
     ) -> Subscription:
-        """Call ``callback(changes)`` once per committed batch touching the watched keys.
-
-        ``keys`` (exact keys) and ``pattern`` (one or more ``*`` patterns) filter what is
-        delivered; with neither, every change is. ``changes`` holds only the matching changes of
-        the batch, in commit order. A callback that raises is logged and reported on
-        ``receiver_failed``; the write and the other subscribers are unaffected. Every
-        subscription is a receiver of :attr:`changed`, run in connection order.
-        """
+        """Call ``callback(changes)`` once per committed batch touching the watched keys:
+        ``keys`` (exact) and ``pattern`` (``*`` patterns) filter, neither means every change;
+        ``changes`` holds the batch's matching changes in commit order. A callback that raises
+        is logged and reported on ``receiver_failed``; the write and the other subscribers are
+        unaffected. Subscriptions are receivers of :attr:`changed`, run in connection order."""
         names = None if keys is None else [key_name(k) for k in _key_list(keys)]
         return self._engine.delivery.subscribe(callback, names, pattern)
 
@@ -482,12 +457,10 @@ class State:
         secret: bool = False,
         max_keys: int | None = None,
     ) -> Policy:
-        """Add a governance rule for ``pattern`` (and/or set ``max_keys``); returns the policy.
-
-        ``state.policy("verify:*", writers=["verify"])`` lets only the ``verify`` resolver write
-        its keys; ``state.policy("user:card", secret=True)`` masks a value wherever the state is
-        shown. Rules govern later writes; existing values are not re-checked.
-        """
+        """Add a governance rule for ``pattern`` (and/or set ``max_keys``); returns the policy:
+        ``policy("verify:*", writers=["verify"])`` lets only the ``verify`` resolver write its
+        keys; ``policy("user:card", secret=True)`` masks a value wherever the state is shown.
+        Rules govern later writes; existing values are not re-checked."""
         return governance.add_rule(self._engine, pattern, read_only=read_only, sources=sources,
                                    writers=writers, max_bytes=max_bytes, secret=secret,
                                    max_keys=max_keys)  # fmt: skip
@@ -497,13 +470,10 @@ class State:
         return self._policy.is_secret(check_key(key_name(key)))
 
     def declare(self, key: str | Key[Any], type_: Any = None) -> None:
-        """Declare the type of a key or ``*`` pattern; later writes are validated against it.
-
-        ``state.declare("booking:party_size", int)``, ``state.declare("*:result", str)``, or
-        ``state.declare(BOOKING)`` for a :class:`Key`. The most specific declaration matching a
-        key wins. Values already stored under it must match, or :class:`SchemaError` lists them
-        and nothing is declared.
-        """
+        """Declare the type of a key or ``*`` pattern (``declare("booking:party_size", int)``,
+        ``declare("*:result", str)``, ``declare(BOOKING)``); later writes are validated against
+        the most specific match. Values stored under it must match, or :class:`SchemaError`
+        lists them and nothing is declared."""
         governance.declare(self._engine, key, type_)
 
     # -- persistence -------------------------------------------------------------------------
@@ -549,18 +519,13 @@ class State:
         encryption_key: EncryptionKey | None = None,
     ) -> Self:
         """Open the durable state kept in the SQLite file at ``path``, creating or recovering it
-        exactly (values, versions, seqs, provenance).
-
-        ``durability="batch"`` (default): a write returns at once and reaches the disk within a
-        few milliseconds (a killed process loses about the last 5 ms of commits, never half a
-        batch); ``"sync"``: a write returns once its commit is on disk. Close it (or use
-        ``with``). Raises :class:`~slateflow.errors.StoreCorruptError` for a file that is not a
-        readable store. ``encryption_key`` (``slateflow[crypto]``) encrypts the values of
-        secret keys in the file (:mod:`slateflow.state.sealing`); declare secret policies
-        before writing them (``policy=``).
-        """
-        policy = policy if policy is not None else Policy()
-        options = {"policy": policy, "journal_size": journal_size, "clock": clock, "sinks": sinks}
+        exactly. ``durability="batch"`` (default): a write returns at once and reaches the disk
+        within a few ms (a killed process loses about the last 5 ms, never half a batch);
+        ``"sync"``: once it is on disk. Close it (or use ``with``). Raises
+        :class:`~slateflow.errors.StoreCorruptError` for a file that is not a readable store.
+        ``encryption_key`` (``slateflow[crypto]``) encrypts secret keys' values in the file
+        (:mod:`slateflow.state.sealing`); declare secret policies first (``policy=``)."""
+        options = _options(policy, journal_size, clock, sinks)
         return persistence.open_file(cls, options, path, durability, encryption_key)
 
     @property
@@ -569,11 +534,37 @@ class State:
         ``durable`` says whether they reach a disk."""
         return self._engine.store
 
-    def flush(self) -> None:
-        """Return once every commit so far is in the store (on disk, for a durable one); raises
-        :class:`~slateflow.errors.StoreError` if the store could not persist them."""
-        if self._engine.store is not None:
-            self._engine.store.sync(self._engine.seq)
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        call_id: str,
+        *,
+        policy: Policy | None = None,
+        journal_size: int = 1024,
+        clock: Callable[[], float] | None = None,
+        sinks: Iterable[JournalSink] = (),
+        prefix: str = "slateflow",
+        socket_timeout: float = 5.0,
+        commit_attempts: int = 3,
+    ) -> Self:
+        """The State of call ``call_id`` on the Redis server at ``url``, shared by every process
+        connected to it (``slateflow[redis]``; the twin of :meth:`open`). Reads use this
+        process's replica; a write is one round trip in which Redis decides seq and versions;
+        other processes' commits reach subscribers and flows here like local writes (in the
+        follower's thread). Raises :class:`~slateflow.errors.StoreUnavailableError` if the
+        server cannot be reached. ``docs/distributed.md`` says what differs from a local State.
+        """
+        options = _options(policy, journal_size, clock, sinks)
+        return persistence.connect(cls, options, url, call_id, prefix=prefix,
+                                   socket_timeout=socket_timeout,
+                                   commit_attempts=commit_attempts)  # fmt: skip
+
+    def sync(self) -> None:
+        """Return once every commit so far is in the store (on disk, for a durable one) and, on
+        a shared State, every commit other processes made is applied here; raises
+        :class:`~slateflow.errors.StoreError` if the store cannot persist or be reached."""
+        persistence.sync(self._engine)
 
     def close(self) -> None:
         """Flush and close the store; later writes raise :class:`~slateflow.errors.StoreClosedError`
@@ -596,3 +587,14 @@ class State:
 
     def __repr__(self) -> str:
         return f"<State {len(self._entries)} keys, seq {self._engine.seq}>"
+
+
+def _options(
+    policy: Policy | None,
+    journal_size: int,
+    clock: Callable[[], float] | None,
+    sinks: Iterable[JournalSink],
+) -> dict[str, Any]:
+    """The constructor options of a State a classmethod opens (a policy made if none)."""
+    policy = policy if policy is not None else Policy()
+    return {"policy": policy, "journal_size": journal_size, "clock": clock, "sinks": sinks}

@@ -7,7 +7,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from .records import CommitRow, EntryRow, Loaded
 
-__all__ = ["CheckpointStore", "Durability", "OrderingStore", "Store"]
+__all__ = ["CheckpointStore", "Durability", "Store"]
 
 Durability: TypeAlias = Literal["memory", "batch", "sync"]
 """How far a commit has gone when ``set`` returns.
@@ -60,24 +60,6 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Persist what is queued and release the store; later appends are refused."""
-        ...
-
-
-@runtime_checkable
-class OrderingStore(Store, Protocol):
-    """A store that decides the order of commits itself (one shared by several processes).
-
-    The State hands each batch to ``commit`` instead of ``append``, with the seq and versions
-    it proposes (the next ones after what it holds); the store returns the batch as it
-    committed it: same changes, in the same order, with the seq and versions *it* chose (for
-    a local store, the proposal). The State applies those. A store that cannot commit the
-    batch raises, and the State applies nothing. Commits other processes made reach a replica
-    through ``state.engine.apply(commit)``, which takes the same path (journal, sinks,
-    delivery) without validating or storing them again.
-    """
-
-    def commit(self, commit: CommitRow) -> CommitRow:
-        """Commit one batch; return it with the seq and versions it was committed at."""
         ...
 
 

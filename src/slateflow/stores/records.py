@@ -28,9 +28,12 @@ __all__ = [
     "EntryRow",
     "Loaded",
     "decode_changes",
+    "decode_commit",
     "decode_entries",
+    "encode_canonical",
     "encode_changes",
     "encode_entries",
+    "encode_value",
     "unstorable",
 ]
 
@@ -43,6 +46,21 @@ EntryRow: TypeAlias = tuple[
 # ASCII output: a str holding a lone surrogate (which Python allows and UTF-8 cannot encode)
 # is written as its \\u escape and reads back unchanged.
 _dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+
+
+_canonical = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":"), sort_keys=True
+).encode
+
+
+def encode_value(value: Any) -> str:
+    """A value as the JSON text a store keeps (ASCII, compact, no NaN)."""
+    return _dumps(value)
+
+
+def encode_canonical(value: Any) -> str:
+    """A value's JSON text with object keys sorted: equal values, equal texts."""
+    return _canonical(value)
 
 
 def _no_constant(name: str) -> Any:
@@ -138,7 +156,23 @@ def decode_changes(text: object, seq: int) -> tuple[ChangeRow, ...]:
     """A commit's changes from their JSON text; raises :class:`StoreCorruptError` when the text
     is not what :func:`encode_changes` writes."""
     where = f"commit {seq}"
-    rows = _parse(text, where)
+    return _changes(_parse(text, where), where)
+
+
+def decode_commit(text: object, where: str) -> CommitRow:
+    """A whole commit, ``[seq, at_ns, origin, changes]``, from its JSON text (a shared store
+    keeps commits so); raises :class:`StoreCorruptError` naming ``where`` when it is not one."""
+    row = _parse(text, where)
+    if type(row) is not list or len(row) != 4:
+        raise _bad(where, f"a commit is {row!r:.80}, not a 4-item array")
+    seq, at_ns, origin, changes = row
+    _int(seq, where, "the seq", 1)
+    _int(at_ns, where, "the time", 0)
+    _text(origin, where, "the origin")
+    return seq, at_ns, origin, _changes(changes, f"{where} (commit {seq})")
+
+
+def _changes(rows: Any, where: str) -> tuple[ChangeRow, ...]:
     if type(rows) is not list or not rows:
         raise _bad(where, "its changes are not a non-empty array")
     out = []

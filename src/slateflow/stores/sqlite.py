@@ -69,7 +69,7 @@ class SQLiteStore(Checkpoints):
     power cut may also lose the last transactions the disk had not synced. Either way the file
     is never left with half a batch. ``durability="sync"``: ``set``
     returns once its commit is on disk (``synchronous=FULL``); writers in several threads share
-    one fsync. ``state.flush()`` waits for everything queued, at either level: when the writer
+    one fsync. ``state.sync()`` waits for everything queued, at either level: when the writer
     thread is idle, the caller writes the queue itself (one transaction, in order) rather than
     wake it and wait, which costs two thread switches more than the transaction.
 
