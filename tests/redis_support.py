@@ -116,11 +116,17 @@ def redis_process(directory: Path, **options: object) -> Iterator[RedisProcess]:
 
 class ReplyDropper:
     """A TCP proxy on 127.0.0.1 in front of a Redis server that loses the reply of every
-    other ``EVALSHA`` (a slateflow commit): the script runs on the server, then the proxy
-    closes the client's connection instead of passing the reply on."""
+    other commit (``every=1``: of all of them): the commit script runs on the server, then the
+    proxy closes the client's connection instead of passing the reply on."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, every: int = 2) -> None:
+        import hashlib
+
+        from slateflow.stores.redis_scripts import COMMIT
+
         self.target = port
+        self.every = every
+        self.commit = hashlib.sha1(COMMIT.encode()).hexdigest().encode()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.dropped = 0
@@ -152,10 +158,10 @@ class ReplyDropper:
     def _up(self, client: socket.socket, upstream: socket.socket, drop: threading.Event) -> None:
         with contextlib.suppress(OSError):
             while data := client.recv(65536):
-                if b"EVALSHA" in data:
+                if self.commit in data:
                     with self._lock:
                         self._seen += 1
-                        if self._seen % 2 == 1:
+                        if self._seen % self.every == 1 % self.every:
                             drop.set()  # one command at a time: the next reply is its own
                 upstream.sendall(data)
         _close(client, upstream)

@@ -234,12 +234,16 @@ class Replica:
     # -- applying (under the engine's lock) ------------------------------------------------------
 
     def _catch_up(self, upto: int | None, applied: list[Any]) -> None:
-        if upto is not None and self.engine.seq >= upto:
+        """Apply the store's commits up to ``upto`` (its newest when None)."""
+        if upto is None:
+            upto = self.store.head()[0]
+        if self.engine.seq >= upto:
             return
         missing = self.store.fetch(self.engine.seq, upto)
-        for remote in missing:
-            self._take(remote, applied)
-        if upto is not None and self.engine.seq < upto:
+        if missing and missing[0].seq == self.engine.seq + 1:
+            for remote in missing:
+                self._take(remote, applied)
+        if self.engine.seq < upto:
             self._resync(
                 f"the store no longer holds commits {self.engine.seq + 1} to {upto} "
                 "(compacted past this replica)",

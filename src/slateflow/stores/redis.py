@@ -104,7 +104,7 @@ class RedisStore:
         maybe = False
         why = ""
         for attempt in range(self.commit_attempts):
-            if attempt:
+            if attempt > 1:
                 time.sleep(0.01 * 2**attempt)  # a server restarting, a failover
             try:
                 reply = self.server.run(COMMIT, self.keys.commit_keys, args)
@@ -181,6 +181,13 @@ class RedisStore:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def head(self) -> tuple[int, str]:
+        """The seq and id of the call's newest commit (``(0, "")`` for a new call)."""
+        keys = self.keys
+        seq, head = self._read("reading the head of", lambda: self.server.client.hmget(
+            keys.head, "seq", "head"))  # fmt: skip
+        return int(seq or 0), (head or b"").decode()
+
     def snapshot(self) -> Snapshot:
         """The call's entries as of its newest commit, read at one moment."""
         keys = self.keys
@@ -228,12 +235,17 @@ class RedisStore:
             yield remote.commit
 
     def _read(self, what: str, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except (NotSent, NoReply, *self.server.errors) as exc:  # type: ignore[misc]
-            raise StoreUnavailableError(
-                f"{what} {self.where}: the server cannot be reached ({exc})"
-            ) from None
+        """``fn()``, a command safe to send again (a read, or a write of the same value), sent
+        up to ``commit_attempts`` times while no reply comes."""
+        for attempt in range(self.commit_attempts):
+            try:
+                return fn()
+            except (NotSent, NoReply, *self.server.errors) as exc:  # type: ignore[misc]
+                if attempt + 1 == self.commit_attempts:
+                    raise StoreUnavailableError(
+                        f"{what} {self.where}: the server cannot be reached ({exc})"
+                    ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- following, the rest of the Store seam ------------------------------------------------
 

@@ -129,7 +129,10 @@ class RedisServer:
             raise StoreError(f"{self.where} refused a slateflow script: {exc}") from None
 
     def _send(self, *command: Any) -> Any:
-        conn = self.pool.get_connection()
+        try:
+            conn = self.pool.get_connection()  # it may connect (and fail) already
+        except self._errors as exc:
+            raise NotSent(f"{self.where}: {exc}") from None
         sent = False
         try:
             conn.connect()

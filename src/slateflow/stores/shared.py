@@ -134,6 +134,10 @@ class SharedStore(Store, Protocol):
         """The commits with ``after < seq <= upto`` the store still holds, in order."""
         ...
 
+    def head(self) -> tuple[int, str]:
+        """The seq and id of the store's newest commit (``(0, "")`` for a new call)."""
+        ...
+
     def snapshot(self) -> Snapshot:
         """The call's entries and newest commit, read at one moment."""
         ...
