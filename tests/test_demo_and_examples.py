@@ -292,6 +292,29 @@ def test_restaurant_reservation_in_process_books_nine() -> None:
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_two_process_call_example_runs_the_lookup_in_a_worker_process(
+    backend: str, redis_url: str
+) -> None:
+    args = [sys.executable, str(ROOT / "examples" / "two_process_call.py"), "--redis", redis_url]
+    if backend == "trio":
+        args.append("--trio")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert_in_order(proc.stdout, [
+        "voice: active steps now slot",
+        "caller: Saturday at seven, please.",
+        "voice: active steps now check",
+        "voice: active steps now offer",
+        "written by 'availability': 19:30 is free instead",
+        "voice: done: slot, check, offer, confirm",
+    ])  # fmt: skip
+    worker, voice = re.search(
+        r"lookup ran in process (\d+) \(this is (\d+)\)", proc.stdout
+    ).groups()  # type: ignore[union-attr]
+    assert worker != voice
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_clinic_reschedule_example_runs(backend: str) -> None:
     proc = run_example("clinic_reschedule", backend)
     out = proc.stdout

@@ -142,6 +142,9 @@ class Timeline:
         return self.base_seq > 0 and self.start <= self.base_seq + 1
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 def recorded_secrets(store: Store, upto: int | None = None) -> tuple[str, ...]:
     """Every pattern the file records as secret (``policy:secret``), anywhere in it (a key
     declared secret late masks its earlier values too); a damaged part after ``upto`` is
@@ -453,8 +456,10 @@ def replay(
     as_json_lines: bool = False,
     width: int | None = DEFAULT_WIDTH,
     quiet_base: bool = False,
+    call: str | None = None,
 ) -> list[str]:
-    """The lines ``slateflow replay`` prints for the file at ``path`` (see :func:`timeline`).
+    """The lines ``slateflow replay`` prints for the file at ``path`` (see :func:`timeline`),
+    or for the call ``call`` of a State shared on Redis when ``path`` is a ``redis://`` URL.
 
     The file is opened read-only, without the writer's lock, so a file another process is
     writing can be read (its commits on disk at that moment). Raises
@@ -462,7 +467,42 @@ def replay(
     range that is not one, and :class:`~slateflow.errors.StoreCorruptError` for a file that is
     not a readable store.
     """
-    where = Path(path)
+    if start < 1 or (end is not None and end < start):
+        shown = "the newest" if end is None else end
+        raise StoreError(
+            f"--from {start} --to {shown} is not a range of commits: give 1 <= from <= to"
+        )
+    options = {"start": start, "end": end, "keys": keys, "redact": redact, "secret": secret,
+               "show_secrets": show_secrets}  # fmt: skip
+    text = str(path)
+    if text.startswith(REDIS_SCHEMES):
+        if not call:
+            raise StoreError(f"{text} holds many calls: name one with --call CALL_ID")
+        found, label = _from_redis(text, call, options), f"{text} call {call}"
+    else:
+        found, label = _from_file(Path(path), options), text
+    if as_json_lines:
+        lines = [_base_json(found)] if found.reaches_base else []
+        lines.extend(as_json(commit) for commit in found.commits)
+        return lines
+    return list(render(found, label, width=width, quiet_base=quiet_base))
+
+
+def _from_redis(url: str, call: str, options: dict[str, Any]) -> Timeline:
+    """The timeline of a call a shared State keeps on Redis (read only: nothing follows)."""
+    from .stores.redis import RedisStore
+
+    try:
+        store = RedisStore(url, call)
+    except ValueError as exc:
+        raise StoreError(f"{url}: {exc}") from None
+    if store.head()[0] == 0:
+        raise StoreError(f"no call {call!r} on {store.server.where}: check the id and the db")
+    return timeline(store, **options)
+
+
+def _from_file(where: Path, options: dict[str, Any]) -> Timeline:
+    """The timeline of a file State.open wrote, opened read-only."""
     if not where.exists():
         raise StoreError(f"no store at {str(where)!r}: give the path of a file State.open wrote")
     if not where.is_file():
@@ -472,26 +512,8 @@ def replay(
             f"{str(where)!r} is empty, not a slateflow store: give the path of a file State.open "
             "wrote"
         )
-    if start < 1 or (end is not None and end < start):
-        shown = "the newest" if end is None else end
-        raise StoreError(
-            f"--from {start} --to {shown} is not a range of commits: give 1 <= from <= to"
-        )
     store = SQLiteStore(where, readonly=True)
     try:
-        found = timeline(
-            store,
-            start=start,
-            end=end,
-            keys=keys,
-            redact=redact,
-            secret=secret,
-            show_secrets=show_secrets,
-        )
+        return timeline(store, **options)
     finally:
         store.close()
-    if as_json_lines:
-        lines = [_base_json(found)] if found.reaches_base else []
-        lines.extend(as_json(commit) for commit in found.commits)
-        return lines
-    return list(render(found, str(where), width=width, quiet_base=quiet_base))

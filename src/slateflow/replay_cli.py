@@ -30,18 +30,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
-        "Print the timeline of a durable state's commits (a file State.open wrote): each\n"
-        "commit's seq, UTC time and origin, then each change: key, old -> new value, version\n"
-        "and provenance (source/writer, confidence, meta). The file is only read."
+        "Print the timeline of a durable state's commits (a file State.open wrote, or a call\n"
+        "State.connect shares on Redis): each commit's seq, UTC time and origin, then each\n"
+        "change: key, old -> new value, version and provenance (source/writer, confidence,\n"
+        "meta). The file or the call is only read."
     )
     parser.epilog = (
         "examples:\n"
         "  slateflow replay call.db\n"
         "  slateflow replay call.db --from 10 --to 20 --key 'booking:*'\n"
         "  slateflow replay call.db --redact 'user:card' --json | jq .\n"
+        "  slateflow replay redis://127.0.0.1:6379/0 --call call-42\n"
         "\nexit code 2 (and a message naming the file) when the file cannot be read"
     )
-    parser.add_argument("path", help="a durable state's SQLite file (written by State.open)")
+    parser.add_argument(
+        "path",
+        help="a durable state's SQLite file (written by State.open), or the redis:// URL of a "
+        "server holding shared States (with --call)",
+    )
+    parser.add_argument(
+        "--call", default=None, metavar="CALL_ID", help="the call to show, on a redis:// URL"
+    )
     parser.add_argument(
         "--from",
         dest="start",
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             as_json_lines=args.json,
             width=None if args.full else DEFAULT_WIDTH,
             quiet_base=args.quiet_base,
+            call=args.call,
         )
     except StoreError as exc:
         print(f"slateflow replay: {escape(str(exc))}", file=err)

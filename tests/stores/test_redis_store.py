@@ -146,7 +146,7 @@ def test_history_reads_and_compaction(redis_url: str, call_id: str) -> None:
             state.set("n", i)
         assert state.journal.at(3).get("n") == 3
         state.journal.compact()
-        with pytest.raises(HistoryError, match="compacted"):
+        with pytest.raises(HistoryError, match="before the last compaction"):
             state.journal.at(3)
         state.set("n", 6)
         assert state.journal.at(6).get("n") == 6
@@ -196,3 +196,25 @@ def test_call_ids_that_cannot_be_a_hash_tag_are_refused(redis_url: str) -> None:
 def aof_server(tmp_path: Path) -> Iterator[RedisProcess]:
     with redis_process(tmp_path, appendonly=True, appendfsync="always") as server:
         yield server
+
+
+def test_replay_reads_a_call_from_redis_as_from_a_file(
+    redis_url: str, call_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slateflow.__main__ import main
+
+    with State.connect(redis_url, call_id) as state:
+        state.policy("user:card", secret=True)
+        state.set("booking:time", "19:00", source="extraction", writer="slots")
+        state.set("user:card", "4111 1111")
+        state.set("booking:time", "19:30")
+    assert main(["replay", redis_url, "--call", call_id]) == 0
+    out = capsys.readouterr().out
+    assert f"{redis_url} call {call_id}: seq 1 to 4" in out
+    assert "booking:time  (new) -> \"19:00\"  v1  extraction/slots" in out
+    assert "\"19:00\" -> \"19:30\"  v2" in out
+    assert "4111" not in out  # a secret key stays masked
+    assert main(["replay", redis_url, "--call", "no-such-call"]) == 2
+    assert "no call 'no-such-call'" in capsys.readouterr().err
+    assert main(["replay", redis_url]) == 2
+    assert "--call" in capsys.readouterr().err

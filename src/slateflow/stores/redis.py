@@ -22,7 +22,6 @@ from typing import Any
 
 from ..errors import (
     CommitUnknownError,
-    HistoryError,
     StateValueError,
     StoreClosedError,
     StoreCorruptError,
@@ -217,12 +216,9 @@ class RedisStore:
         base_seq, text = self._read("reading the history", lambda: (
             int(self.server.client.hget(keys.head, "base") or 0),
             self.server.client.get(keys.base)))  # fmt: skip
-        if upto is not None and upto < base_seq:
-            raise HistoryError(
-                f"{self.where} keeps its history from seq {base_seq} (compacted); seq {upto} "
-                "is gone"
-            )
         base = decode_entries(text.decode(), base_seq) if text else []
+        if upto is not None and upto <= base_seq:
+            return Loaded(base_seq, base, [])
         return Loaded(base_seq, base, [r.commit for r in self.fetch(base_seq, upto)])
 
     def fetch(self, after: int, upto: int | None = None) -> list[Remote]:
