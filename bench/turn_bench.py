@@ -62,10 +62,11 @@ def plan() -> Flow:
     )
 
 
-async def bench_turns(loaded: bool, turns: int) -> float:
+async def bench_turns(loaded: bool, turns: int, state: State | None = None) -> float:
+    """Median seconds of a turn (``state``: a State of the caller's, e.g. a shared one)."""
     # The real clock, as in production (a ManualClock would let work settle at each turn).
     clock = SystemClock()
-    async with Session(State(), clock=clock) as session:
+    async with Session(state if state is not None else State(), clock=clock) as session:
         conversation = Conversation(session)
         if loaded:
             when = datetime(clock)

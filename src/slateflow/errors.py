@@ -337,9 +337,9 @@ class StoreUnavailableError(StoreError):
 
 class CommitUnknownError(StoreError):
     """A commit was sent to a shared State's server but no reply came back, even after sending
-    it again: it may or may not have been applied (it is never applied twice). The local
-    replica is as it was; if the commit was applied, it arrives through the follower like any
-    other process's commit. Read the key again before deciding to retry."""
+    it again: it may or may not have been applied (it is never applied twice). The replica
+    catches up from the server as soon as it answers, so a commit that was applied shows in
+    the State; read the key again before deciding to retry."""
 
 
 class StoreDivergedError(StoreError):

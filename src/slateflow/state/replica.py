@@ -23,13 +23,20 @@ would refuse) and reports a violation instead of refusing it (the store has deci
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PolicyViolation, StoreDivergedError, VersionConflictError
+from ..errors import (
+    CommitUnknownError,
+    PolicyViolation,
+    StoreDivergedError,
+    StoreError,
+    VersionConflictError,
+)
 from ..stores.shared import (
     Committed,
     Conflict,
@@ -71,8 +78,13 @@ class Replica:
         self._recent: dict[int, str] = {}
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:16]
+        self._mine: set[str] = set()  # commits being proposed: their committer applies them
 
     # -- what the follower calls (from its thread) ------------------------------------------
+
+    def skips(self, seq: int, commit_id: str) -> bool:
+        """Whether the follower may skip commit ``seq`` (read without the lock: a hint)."""
+        return commit_id in self._mine or seq <= self.engine.seq
 
     def position(self) -> tuple[int, str]:
         """The seq and id of the newest commit applied."""
@@ -160,7 +172,17 @@ class Replica:
                     [_proposed(op, refresh) for op in ops],
                     checks,
                 )
-                outcome = store.propose(proposal)
+                self._mine.add(proposal.commit_id)
+                try:
+                    outcome = store.propose(proposal)
+                except CommitUnknownError:
+                    # If it did run, it is on the server already: bring it in now when the
+                    # server answers (the follower skipped it as this replica's own).
+                    with contextlib.suppress(StoreError):
+                        self._catch_up(None, applied)
+                    raise
+                finally:
+                    self._mine.discard(proposal.commit_id)
                 if isinstance(outcome, Conflict):
                     self._catch_up(None, applied)
                     raise _conflict(outcome, expected or {}, checks)

@@ -56,6 +56,16 @@ def parse_remote(payload: bytes, where: str) -> Remote:
     return remote
 
 
+def _header(payload: bytes) -> tuple[int, str]:
+    """The seq and commit id a published commit starts with (``(0, "")`` if unreadable: the
+    full parse then says what is wrong)."""
+    head = payload[:96].split(b" ", 2)
+    try:
+        return int(head[0]), head[1].decode()
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return 0, ""
+
+
 def fetch(server: RedisServer, keys: CallKeys, after: int, upto: int | None) -> list[Remote]:
     """The commits of a call with ``after < seq <= upto`` from its stream, in order."""
     out: list[Remote] = []
@@ -196,7 +206,8 @@ class Follower:
         kind = reply[0]
         channel = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
         if kind == b"smessage":
-            calls = self._replicas(channel)
+            seq, commit_id = _header(reply[2])
+            calls = [c for c in self._replicas(channel) if not c.replica.skips(seq, commit_id)]
             if calls:
                 remote = parse_remote(reply[2], f"{self.server.where} {channel}")
                 for call in calls:

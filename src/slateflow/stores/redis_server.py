@@ -28,6 +28,15 @@ _SERVERS: dict[tuple[str, float, float], RedisServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
+def _pack(command: tuple[Any, ...]) -> bytes:
+    """``command`` in the RESP wire format (its args are str, bytes or int)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        data = arg if type(arg) is bytes else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
 class NotSent(Exception):
     """The command never reached the server whole: it did not run."""
 
@@ -72,6 +81,9 @@ class RedisServer:
         self._shas: dict[str, str] = {}
         self._follower: Follower | None = None
         self._lock = threading.Lock()
+        # Commits go out on a connection per thread, outside the pool: one command at a time,
+        # with none of the pool's bookkeeping on the path of every write.
+        self._local = threading.local()
 
     @classmethod
     def get(cls, url: str, *, socket_timeout: float, connect_timeout: float) -> RedisServer:
@@ -129,21 +141,27 @@ class RedisServer:
             raise StoreError(f"{self.where} refused a slateflow script: {exc}") from None
 
     def _send(self, *command: Any) -> Any:
-        try:
-            conn = self.pool.get_connection()  # it may connect (and fail) already
-        except self._errors as exc:
-            raise NotSent(f"{self.where}: {exc}") from None
+        """Send ``command`` on this thread's own connection and read its reply."""
+        conn = getattr(self._local, "conn", None)
         sent = False
         try:
-            conn.connect()
-            conn.send_command(*command)
+            if conn is None:
+                conn = self._local.conn = self.pool.connection_class(**self.pool.connection_kwargs)
+            try:
+                # A connection the server closed (or left data on) still accepts a send: only
+                # a reply that never comes would tell, and that would make the outcome unknown.
+                if conn.can_read(timeout=0):
+                    raise ConnectionError("unexpected data on an idle connection")
+            except self._errors:
+                conn.disconnect()
+                conn.connect()
+            conn.send_packed_command([_pack(command)], check_health=False)
             sent = True
             return conn.read_response()
         except self._errors as exc:
-            conn.disconnect()
+            if conn is not None:
+                conn.disconnect()
             raise (NoReply if sent else NotSent)(f"{self.where}: {exc}") from None
-        finally:
-            self.pool.release(conn)
 
     def read(self, what: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` (a read through :attr:`client`), sent again once when the connection

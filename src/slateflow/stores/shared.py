@@ -110,6 +110,11 @@ class Replica(Protocol):
         """The seq and commit id the replica has applied last."""
         ...
 
+    def skips(self, seq: int, commit_id: str) -> bool:
+        """Whether the replica needs no copy of commit ``seq`` (it applied it, or made it and
+        applies it itself): a cheap answer without locks, so the follower can skip decoding."""
+        ...
+
     def receive(self, remotes: Sequence[Remote]) -> None:
         """Commits the store published, in seq order (some may be applied already)."""
         ...
