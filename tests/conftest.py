@@ -33,7 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--framework",
         action="append",
         default=[],
-        help="run the tests of a voice framework (pipecat, livekit): each is installed in a "
+        help="run the tests of a large framework (pipecat, livekit, ray): each is installed in a "
         "CI step of its own",
     )
 

@@ -370,6 +370,28 @@ def test_doc_snippets_run(page: str) -> None:
         run_alone(block, f"{page} block {i}")
 
 
+def test_distributed_doc_snippets_run_on_a_real_redis_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each snippet of docs/distributed.md runs alone against a fresh redis-server; the one
+    that needs Ray runs in the Ray step (tests/frameworks/test_ray)."""
+    from redis_support import RedisProcess, need_redis_server
+
+    need_redis_server()
+    ran = 0
+    for i, block in enumerate(python_blocks("docs/distributed.md"), 1):
+        if "import ray" in block:
+            continue
+        server = RedisProcess(tmp_path / f"block{i}").start()
+        monkeypatch.setenv("REDIS_URL", server.url)
+        try:
+            run_alone(block, f"docs/distributed.md block {i}")
+        finally:
+            server.stop()
+        ran += 1
+    assert ran >= 2
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_voice_call_example_runs(backend: str) -> None:
     proc = run_example("voice_call", backend)

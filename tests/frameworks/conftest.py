@@ -1,6 +1,6 @@
-"""The voice-framework tests (pipecat, LiveKit): each framework is large, asyncio-only and
-installed in its own CI step, so these run only when asked: ``pytest
-tests/frameworks/test_pipecat --framework pipecat``."""
+"""The tests of large frameworks (pipecat and LiveKit, asyncio-only; Ray): each is installed in
+its own CI step, so these run only when asked: ``pytest tests/frameworks/test_pipecat
+--framework pipecat``."""
 
 from __future__ import annotations
 

@@ -187,3 +187,34 @@ def test_writes_after_close_are_refused(redis_url: str, call_id: str) -> None:
     with pytest.raises(StoreClosedError, match=r"State\.connect again"):
         state.set("a", 2)
     assert state.get("a") == 1
+
+
+@pytest.mark.anyio
+async def test_a_process_connecting_later_resumes_the_calls_flow_where_it_stands(
+    redis_url: str, call_id: str
+) -> None:
+    from slateflow import Flow, Session, Step, is_set
+
+    def plan() -> Flow:
+        return Flow(
+            "booking",
+            [
+                Step("slot", done=is_set("booking:time")),
+                Step("confirm", after=["slot"], done=is_set("booking:confirmed")),
+                Step("goodbye", after=["confirm"], terminal=True),
+            ],
+        )
+
+    with State.connect(redis_url, call_id) as first:
+        async with Session(first) as session:
+            runner = plan().start(session)
+            first.set("booking:time", "19:30")
+            await first.wait_until(lambda _s: "confirm" in runner.active_steps, timeout=10)
+    # The first process is gone; a second one connects to the call and runs the same flow.
+    with State.connect(redis_url, call_id) as second:
+        async with Session(second) as session:
+            runner = plan().start(session)
+            assert runner.done_steps == ["slot"]
+            assert runner.active_steps == ["confirm"]
+            second.set("booking:confirmed", True)
+            await second.wait_until(lambda _s: runner.is_complete, timeout=10)

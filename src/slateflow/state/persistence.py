@@ -9,9 +9,9 @@ and ``state.close()`` call these; the commit path itself hands each batch to the
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ..errors import StoreCorruptError
+from ..errors import StoreCorruptError, UsageError
 from ..stores.base import Durability, Store
 from . import governance
 from .engine import Engine
@@ -98,6 +98,15 @@ def sync(engine: Engine) -> None:
         engine.shared.sync()
     if engine.store is not None:
         engine.store.sync(engine.seq)
+
+
+def not_shipped(state: object) -> NoReturn:
+    """A State is refused by pickle (and so by multiprocessing and Ray): it is one process's
+    replica, with its locks, subscribers and store."""
+    raise UsageError(
+        f"{state!r} cannot be pickled or sent to another process: send its call id and "
+        "connect there (State.connect(url, call_id), or call_state(spec) in a Ray worker)"
+    )
 
 
 def close(engine: Engine) -> None:

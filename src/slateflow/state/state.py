@@ -577,7 +577,7 @@ class State:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- showing it --------------------------------------------------------------------------
+    __reduce__ = persistence.not_shipped
 
     def describe(self, prefix: str = "", *, provenance: bool = True) -> str:
         """A readable listing of the keys under ``prefix``, secrets masked; one key per line."""

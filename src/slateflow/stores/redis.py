@@ -79,6 +79,8 @@ class RedisStore:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
         self.call_id = check_call_id(call_id)
+        self.url = url
+        self.prefix = prefix
         self.keys = CallKeys.of(prefix, call_id)
         self.server = RedisServer.get(
             url, socket_timeout=socket_timeout, connect_timeout=connect_timeout
