@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +54,8 @@ from .values import JSON, REMOVED, clean, copy_json, plain
 
 if TYPE_CHECKING:
     from .engine import Engine, Op
+
+_loads = json.loads
 
 __all__ = ["MODIFY_ATTEMPTS", "Replica"]
 
@@ -148,9 +151,12 @@ class Replica:
         reads: Mapping[str, int] | None = None,
         deliver: bool = True,
         refresh: frozenset[str] = frozenset(),
+        conflicts: list[Conflict] | None = None,
     ) -> tuple[int, tuple[int, ...] | None]:
         """Propose ``ops`` and apply what the store committed: the seq and each op's version
-        (``None`` when nothing changed or the store had committed it before)."""
+        (``None`` when nothing changed or the store had committed it before). A conflict
+        catches the replica up, or, with ``conflicts``, is appended there instead (the store
+        told the key's value: a retry needs no round trip to read it)."""
         engine = self.engine
         store = self.store
         applied: list[tuple[tuple[RawChange, ...], Any]] = []
@@ -184,7 +190,10 @@ class Replica:
                 finally:
                     self._mine.discard(proposal.commit_id)
                 if isinstance(outcome, Conflict):
-                    self._catch_up(None, applied)
+                    if conflicts is None:
+                        self._catch_up(None, applied)
+                    else:
+                        conflicts.append(outcome)
                     raise _conflict(outcome, expected or {}, checks)
                 if isinstance(outcome, Unchanged):
                     self._catch_up(outcome.seq, applied)
@@ -211,20 +220,30 @@ class Replica:
         self, key: str | Key[Any], default: Any, fn: Callable[[Any], Any], stamp: Stamp
     ) -> Any:
         """``State.modify`` as a compare-and-set loop: read this replica, compute, commit if
-        the key is still at the version read; else catch up and run ``fn`` again."""
+        the key is still at the version read; else run ``fn`` again on the value the store
+        said the key holds (one round trip an attempt: another process writing the key in a
+        tight loop would win every race against a replica catching up first)."""
         engine = self.engine
         name = key_name(key)
+        told: Conflict | None = None
+        conflicts: list[Conflict] = []
         for _ in range(MODIFY_ATTEMPTS):
             with engine.lock:
                 row = engine.row(name)
                 version = 0 if row is None else row[1]
-                current = copy_json(row[0]) if row is not None else clean(default, name)
+                if told is not None and told.version > version:
+                    version = told.version
+                    current = clean(default, name) if told.value is None else _loads(told.value)
+                else:
+                    current = copy_json(row[0]) if row is not None else clean(default, name)
                 target, cleaned = engine.prepare(key, fn(current), stamp)
                 try:
                     self.commit_ops([(target, cleaned, stamp)], "modify",
-                                    expected={name: version}, deliver=False)  # fmt: skip
+                                    expected={name: version}, deliver=False,
+                                    conflicts=conflicts)  # fmt: skip
                 except VersionConflictError:
-                    continue  # the conflict brought this replica up to date
+                    told = conflicts[-1]
+                    continue
             engine.deliver()
             return copy_json(cleaned)
         engine.deliver()
@@ -414,7 +433,7 @@ def _proposed(op: Op, refresh: frozenset[str]) -> ProposedChange:
 def _conflict(
     outcome: Conflict, expected: Mapping[str, int], checks: Mapping[str, int]
 ) -> VersionConflictError:
-    key, have = outcome
+    key, have = outcome.key, outcome.version
     want = checks.get(key)
     if key in expected:
         return VersionConflictError(

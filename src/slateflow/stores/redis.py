@@ -173,7 +173,8 @@ class RedisStore:
             if kind == b"noop":
                 return Unchanged(int(reply[1]), reply[2].decode())
             if kind == b"conflict":
-                return Conflict(reply[1].decode(), int(reply[2]))
+                value = reply[3].decode() if len(reply) > 3 and reply[3] else None
+                return Conflict(reply[1].decode(), int(reply[2]), value)
             if kind == b"dup":
                 return Committed(int(reply[1]), "", None)
         except (IndexError, TypeError, ValueError, AttributeError):

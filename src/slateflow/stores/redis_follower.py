@@ -71,12 +71,13 @@ def fetch(server: RedisServer, keys: CallKeys, after: int, upto: int | None) -> 
     out: list[Remote] = []
     start = f"{after + 1}-0"
     end = "+" if upto is None else f"{upto}-0"
+    base = f"{server.where} {keys.log} commit"
     while True:
         page = server.read(f"fetching the commits of {keys.log}", server.client.xrange,
                            keys.log, start, end, _PAGE)  # fmt: skip
         for entry_id, fields in page:
             seq = int(entry_id.split(b"-")[0])
-            where = f"{server.where} {keys.log} commit {seq}"
+            where = f"{base} {seq}"
             try:
                 text = fields[b"c"].decode()
                 commit_id = fields[b"i"].decode()
@@ -108,6 +109,7 @@ class Follower:
         self._thread: threading.Thread | None = None
         self._control = f"slateflow:follower:{uuid.uuid4().hex}"
         self._confirmed: set[str] = set()  # channels whose subscription the server confirmed
+        self._changed = True  # calls came or went since the thread last looked
         self.reconnects = 0
         """How many times the follower has reconnected (for tests and the bench)."""
 
@@ -118,6 +120,7 @@ class Follower:
         call = _Call(keys, replica)
         with self._lock:
             self._calls.setdefault(keys.channel, []).append(call)
+            self._changed = True
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="slateflow-redis-follower", daemon=True
@@ -133,6 +136,7 @@ class Follower:
                     calls.remove(call)
                 if not calls:
                     self._calls.pop(keys.channel, None)
+                self._changed = True
             self._wake()
 
         return stop
@@ -148,32 +152,41 @@ class Follower:
         backoff = 0.05
         conn: Any = None
         subscribed: set[str] = set()
+        wanted: set[str] = set()
         while True:
+            waiting: list[_Call] = []
             with self._lock:
-                wanted = set(self._calls)
-                if not wanted:
-                    self._thread = None
-                    if conn is not None:
-                        conn.disconnect()
-                    return
-                waiting = [c for ch in self._confirmed & wanted for c in self._calls[ch]
-                           if not c.ready.is_set()]  # fmt: skip
+                # Worked out again only when calls come or go (or the connection is new): with
+                # a thousand calls open, doing it for every message would cost more than the
+                # message.
+                changed, self._changed = self._changed or conn is None, False
+                if changed:
+                    wanted = set(self._calls)
+                    if not wanted:
+                        self._thread = None
+                        if conn is not None:
+                            conn.disconnect()
+                        return
+                    waiting = [c for ch in self._confirmed & wanted for c in self._calls[ch]
+                               if not c.ready.is_set()]  # fmt: skip
             try:
                 if conn is None:
                     conn = self._connect()
                     subscribed = set()
-                new, gone = wanted - subscribed, subscribed - wanted
-                if new:
-                    conn.send_command("SSUBSCRIBE", *sorted(new))
-                    subscribed |= new
-                if gone:
-                    conn.send_command("SUNSUBSCRIBE", *sorted(gone))
-                    subscribed -= gone
-                    self._confirmed -= gone
+                if changed:
+                    new, gone = wanted - subscribed, subscribed - wanted
+                    if new:
+                        conn.send_command("SSUBSCRIBE", *sorted(new))
+                        subscribed |= new
+                    if gone:
+                        conn.send_command("SUNSUBSCRIBE", *sorted(gone))
+                        subscribed -= gone
+                        with self._lock:
+                            self._confirmed -= gone
                 for call in waiting:  # a replica joining a channel already subscribed
                     self._catch_up(call)
                     call.ready.set()
-                if conn.can_read(timeout=0 if waiting else _POLL):
+                if conn.can_read(timeout=_POLL):
                     self._handle(conn.read_response())
                 backoff = 0.05
             except self.server.errors as exc:
@@ -192,6 +205,8 @@ class Follower:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
             except Exception:  # a bug must not stop every call's replicas for good
                 log.exception("slateflow: the follower of %s failed", self.server.where)
+                with self._lock:
+                    self._changed = True  # whatever was under way is looked at again
 
     def _connect(self) -> Any:
         pool = self.server.pool

@@ -53,7 +53,9 @@ for c = 1, tonumber(ARGV[4]) do
   local key, want = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   local have = tonumber(redis.call('HGET', vk, key) or '0')
-  if have ~= want then return {'conflict', key, have} end
+  if have ~= want then
+    return {'conflict', key, have, redis.call('HGET', valk, key) or false}
+  end
 end
 local last = tonumber(redis.call('HGET', h, 'seq') or '0')
 local prev = redis.call('HGET', h, 'head') or ''
@@ -119,8 +121,8 @@ return out
 version checks and ``key, version`` for each, the number of changes and ``key, key JSON, value
 JSON ('' removes), canonical JSON ('' when the value's own), stamp JSON fragment, flag ('r':
 write even if unchanged)`` for each, then the channel. Returns ``{'ok', seq, prev, version per
-change (-1: unchanged, 0: removed)}``, ``{'noop', seq, head}``, ``{'conflict', key, version}``
-or ``{'dup', seq, commit JSON}``."""
+change (-1: unchanged, 0: removed)}``, ``{'noop', seq, head}``, ``{'conflict', key, version,
+value JSON or nil}`` or ``{'dup', seq, commit JSON}``."""
 
 SNAPSHOT = """
 local meta = redis.call('HMGET', KEYS[1], 'seq', 'head')

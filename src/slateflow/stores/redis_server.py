@@ -28,10 +28,10 @@ _SERVERS: dict[tuple[str, float, float], RedisServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _pack(command: tuple[Any, ...]) -> bytes:
-    """``command`` in the RESP wire format (its args are str, bytes or int)."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
+def _pack(args: tuple[Any, ...] | list[Any]) -> bytes:
+    """``args`` as RESP bulk strings (each a str, bytes or int), without the array header."""
+    parts = []
+    for arg in args:
         data = arg if type(arg) is bytes else str(arg).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
@@ -79,6 +79,7 @@ class RedisServer:
         self._response_error: type[Exception] = redis.ResponseError
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
         self._shas: dict[str, str] = {}
+        self._heads: dict[tuple[str, tuple[str, ...]], bytes] = {}
         self._follower: Follower | None = None
         self._lock = threading.Lock()
         # Commits go out on a connection per thread, outside the pool: one command at a time,
@@ -128,20 +129,24 @@ class RedisServer:
         sha = self._shas.get(script)
         if sha is None:
             sha = self._shas[script] = hashlib.sha1(script.encode()).hexdigest()
+        head = self._heads.get((sha, keys))
+        if head is None:  # the same for every commit of a call: packed once
+            head = self._heads[sha, keys] = _pack(("EVALSHA", sha, len(keys), *keys))
+        command = b"*%d\r\n%s%s" % (3 + len(keys) + len(args), head, _pack(args))
         try:
-            return self._send("EVALSHA", sha, len(keys), *keys, *args)
+            return self._send(command)
         except self._no_script:
             pass
         except self._response_error as exc:
             raise StoreError(f"{self.where} refused a slateflow script: {exc}") from None
-        self._send("SCRIPT", "LOAD", script)  # the server restarted or flushed its scripts
+        self._send(b"*3\r\n" + _pack(("SCRIPT", "LOAD", script)))  # the server lost its scripts
         try:
-            return self._send("EVALSHA", sha, len(keys), *keys, *args)
+            return self._send(command)
         except self._response_error as exc:
             raise StoreError(f"{self.where} refused a slateflow script: {exc}") from None
 
-    def _send(self, *command: Any) -> Any:
-        """Send ``command`` on this thread's own connection and read its reply."""
+    def _send(self, command: bytes) -> Any:
+        """Send ``command`` (packed) on this thread's own connection and read its reply."""
         conn = getattr(self._local, "conn", None)
         sent = False
         try:
@@ -155,7 +160,7 @@ class RedisServer:
             except self._errors:
                 conn.disconnect()
                 conn.connect()
-            conn.send_packed_command([_pack(command)], check_health=False)
+            conn.send_packed_command([command], check_health=False)
             sent = True
             return conn.read_response()
         except self._errors as exc:

@@ -79,11 +79,12 @@ class Unchanged(NamedTuple):
 
 
 class Conflict(NamedTuple):
-    """A checked version did not hold: ``key`` is at ``version`` in the store; nothing was
-    committed."""
+    """A checked version did not hold: ``key`` is at ``version`` in the store, holding
+    ``value`` (its JSON text; None when absent or not told); nothing was committed."""
 
     key: str
     version: int
+    value: str | None = None
 
 
 class Remote(NamedTuple):
