@@ -302,10 +302,11 @@ def bench_step_latency(url: str, rounds: int) -> list[float]:
     return anyio.run(run, f"step-{uuid.uuid4().hex[:8]}")
 
 
-def bench_two_writers(url: str, n: int) -> float:
-    """Two writer processes, distinct keys, as fast as they go: commits per second in all."""
+def bench_two_writers(url: str, n: int, kind: str = "flood") -> float:
+    """Two writer processes, distinct keys, as fast as they go: commits per second in all
+    (``kind="raw"``: plain redis-py SETs, the ceiling of two processes on this machine)."""
     call = f"two-{uuid.uuid4().hex[:8]}"
-    writers = [role("flood", url, call, n, i) for i in range(2)]
+    writers = [role(kind, url, call, n, i) for i in range(2)]
     for w in writers:
         assert line_of(w) == "ready"
     t0 = time.perf_counter()
@@ -423,6 +424,17 @@ def play(name: str, args: list[str]) -> None:
             for i in range(n):
                 state.set(f"w{who}:{i % 500}", i)
             print("done", flush=True)
+    elif name == "raw":
+        import redis
+
+        url, call, n, who = args[0], args[1], int(args[2]), args[3]
+        client = redis.Redis.from_url(url)
+        client.ping()
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for i in range(n):
+            client.set(f"raw:{call}:{who}:{i % 500}", i)
+        print("done", flush=True)
     elif name == "contend":
         from slateflow.errors import VersionConflictError
 
@@ -490,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
             rate = bench_two_writers(url, 1_000 if quick else 10_000)
             add("two writer processes, distinct keys", f"{rate:,.0f} commits/s",
                 ">= 3,000 commits/s")  # fmt: skip
+            raw = bench_two_writers(url, 1_000 if quick else 10_000, "raw")
+            add("  two processes of raw redis-py SETs (the ceiling)", f"{raw:,.0f} SETs/s",
+                "(peer)")  # fmt: skip
             expected, count, tx_count = bench_contended(url, 500 if quick else 5_000)
             add("contended modify / transaction increments, two processes",
                 f"{expected - count} lost of {expected} / {expected // 2 - tx_count} lost of "

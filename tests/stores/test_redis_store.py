@@ -217,3 +217,29 @@ def test_replay_reads_a_call_from_redis_as_from_a_file(
     assert "no call 'no-such-call'" in capsys.readouterr().err
     assert main(["replay", redis_url]) == 2
     assert "--call" in capsys.readouterr().err
+
+
+def test_a_commit_brings_back_the_commits_its_proposer_had_not_applied(
+    redis_url: str, call_id: str
+) -> None:
+    from slateflow.stores.shared import Committed, Proposal, ProposedChange
+
+    def proposal(commit_id: str, key: str, after: int) -> Proposal:
+        change = ProposedChange(key, 1, False, "user", None, None, None)
+        return Proposal(commit_id, 1, "set", [change], {}, after)
+
+    first, second = RedisStore(redis_url, call_id), RedisStore(redis_url, call_id)
+    try:
+        for i in range(3):
+            assert isinstance(first.propose(proposal(f"a{i}", f"a{i}", i)), Committed)
+        outcome = second.propose(proposal("b0", "b", 1))  # it has applied seq 1 only
+        assert isinstance(outcome, Committed)
+        assert outcome.seq == 4
+        assert [(m.seq, m.commit_id) for m in outcome.missed] == [(2, "a1"), (3, "a2")]
+        assert outcome.missed[1].prev == "a1"
+        up_to_date = second.propose(proposal("b1", "c", 4))
+        assert isinstance(up_to_date, Committed)
+        assert up_to_date.missed == ()
+    finally:
+        first.close()
+        second.close()

@@ -177,6 +177,7 @@ class Replica:
                     origin,
                     [_proposed(op, refresh) for op in ops],
                     checks,
+                    engine.seq,
                 )
                 self._mine.add(proposal.commit_id)
                 try:
@@ -201,6 +202,9 @@ class Replica:
                 if outcome.versions is None:  # committed before: its reply had been lost
                     self._catch_up(outcome.seq, applied)
                     return outcome.seq, None
+                for remote in outcome.missed:  # sent along: no round trip to fetch them
+                    if remote.seq < outcome.seq:
+                        self._take(remote, applied)
                 self._catch_up(outcome.seq - 1, applied)
                 if engine.seq != outcome.seq - 1 or outcome.prev != self.head:
                     self._resync(

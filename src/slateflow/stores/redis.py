@@ -38,7 +38,7 @@ from .records import (
     encode_entries,
     encode_value,
 )
-from .redis_follower import fetch
+from .redis_follower import fetch, parse_remote
 from .redis_scripts import COMMIT, COMPACT, SNAPSHOT, CallKeys, check_call_id
 from .redis_server import NoReply, NotSent, RedisServer
 from .shared import Committed, Conflict, Proposal, Remote, Replica, Snapshot, Unchanged
@@ -115,7 +115,7 @@ class RedisStore:
             except NoReply as exc:
                 maybe, why = True, str(exc)
                 continue
-            return self._outcome(reply)
+            return self._outcome(reply, len(proposal.changes))
         if maybe:
             raise CommitUnknownError(
                 f"commit {proposal.commit_id} of {self.where}: sent, but no reply came back "
@@ -129,7 +129,7 @@ class RedisStore:
 
     def _args(self, proposal: Proposal) -> list[Any]:
         args: list[Any] = [proposal.commit_id, str(proposal.at_ns), encode_value(proposal.origin),
-                           len(proposal.checks)]  # fmt: skip
+                           proposal.after, len(proposal.checks)]  # fmt: skip
         for key, version in proposal.checks.items():
             args += (key, version)
         args.append(len(proposal.changes))
@@ -165,11 +165,15 @@ class RedisStore:
         args.append(self.keys.channel)
         return args
 
-    def _outcome(self, reply: Any) -> Committed | Unchanged | Conflict:
+    def _outcome(self, reply: Any, changes: int) -> Committed | Unchanged | Conflict:
         try:
             kind = reply[0]
             if kind == b"ok":
-                return Committed(int(reply[1]), reply[2].decode(), tuple(map(int, reply[3:])))
+                end = 3 + changes
+                missed = tuple(parse_remote(r, self.where) for r in reply[end:])
+                return Committed(
+                    int(reply[1]), reply[2].decode(), tuple(map(int, reply[3:end])), missed
+                )
             if kind == b"noop":
                 return Unchanged(int(reply[1]), reply[2].decode())
             if kind == b"conflict":

@@ -34,6 +34,10 @@ __all__ = ["COMMIT", "COMPACT", "SNAPSHOT", "CallKeys", "check_call_id"]
 # within them is recognised); older ones are forgotten, a thousand at a time.
 KEEP_IDS = 8192
 
+# A commit's reply carries up to this many commits the proposer had not applied yet (another
+# process's, usually still on their way through the follower): no round trip to fetch them.
+SEND_MISSED = 16
+
 COMMIT = """
 local h, vk, valk, cmpk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ek, log, ids = KEYS[5], KEYS[6], KEYS[7]
@@ -48,8 +52,8 @@ if seen then
   end
   return {'dup', seen, false}
 end
-local i = 5
-for c = 1, tonumber(ARGV[4]) do
+local i = 6
+for c = 1, tonumber(ARGV[5]) do
   local key, want = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   local have = tonumber(redis.call('HGET', vk, key) or '0')
@@ -115,14 +119,26 @@ end
 redis.call('SPUBLISH', ARGV[#ARGV], seq .. ' ' .. cid .. ' ' .. prev .. ' ' .. commit)
 local out = {'ok', seq, prev}
 for c = 1, n do out[#out + 1] = versions[c] end
+local after = tonumber(ARGV[4])
+if after < seq - 1 and seq - 1 - after <= MISSED then
+  local missed = redis.call('XRANGE', log, (after + 1) .. '-0', (seq - 1) .. '-0')
+  for e = 1, #missed do
+    local f, got = missed[e][2], {}
+    for k = 1, #f, 2 do got[f[k]] = f[k + 1] end
+    local s = string.match(missed[e][1], '^(%d+)')
+    out[#out + 1] = s .. ' ' .. got['i'] .. ' ' .. got['p'] .. ' ' .. got['c']
+  end
+end
 return out
-""".replace("KEEP", str(KEEP_IDS))
-"""KEYS: h, v, val, cmp, e, log, ids. ARGV: commit id, at_ns, origin (JSON), the number of
-version checks and ``key, version`` for each, the number of changes and ``key, key JSON, value
-JSON ('' removes), canonical JSON ('' when the value's own), stamp JSON fragment, flag ('r':
-write even if unchanged)`` for each, then the channel. Returns ``{'ok', seq, prev, version per
-change (-1: unchanged, 0: removed)}``, ``{'noop', seq, head}``, ``{'conflict', key, version,
-value JSON or nil}`` or ``{'dup', seq, commit JSON}``."""
+""".replace("KEEP", str(KEEP_IDS)).replace("MISSED", str(SEND_MISSED))
+"""KEYS: h, v, val, cmp, e, log, ids. ARGV: commit id, at_ns, origin (JSON), the seq the
+proposer has applied, the number of version checks and ``key, version`` for each, the number of
+changes and ``key, key JSON, value JSON ('' removes), canonical JSON ('' when the value's
+own), stamp JSON fragment, flag ('r': write even if unchanged)`` for each, then the channel.
+Returns ``{'ok', seq, prev, version per change (-1: unchanged, 0: removed), then each commit
+after the proposer's seq and before this one as published (when at most SEND_MISSED)}``,
+``{'noop', seq, head}``, ``{'conflict', key, version, value JSON or nil}`` or ``{'dup', seq,
+commit JSON}``."""
 
 SNAPSHOT = """
 local meta = redis.call('HMGET', KEYS[1], 'seq', 'head')

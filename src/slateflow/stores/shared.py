@@ -50,24 +50,29 @@ class ProposedChange(NamedTuple):
 @dataclass(slots=True)
 class Proposal:
     """A batch a replica asks the store to commit: ``commit_id`` makes sending it twice safe;
-    ``checks`` are the versions it depends on (key → version, 0: the key must be absent)."""
+    ``checks`` are the versions it depends on (key → version, 0: the key must be absent);
+    ``after`` is the seq the replica has applied (a store may send the few commits between it
+    and this one along with the outcome, sparing a round trip to fetch them)."""
 
     commit_id: str
     at_ns: int
     origin: str
     changes: Sequence[ProposedChange]
     checks: dict[str, int] = field(default_factory=dict)
+    after: int = 0
 
 
 class Committed(NamedTuple):
     """The store committed the proposal as ``seq``, after the commit ``prev`` (its id);
     ``versions`` holds each change's new version in order (``-1``: unchanged, dropped; ``0``:
     removed). A proposal the store had already committed (sent again after a lost reply)
-    comes back with ``versions=None`` and its original seq."""
+    comes back with ``versions=None`` and its original seq. ``missed``: commits between the
+    proposal's ``after`` and this one, if the store sent them along."""
 
     seq: int
     prev: str
     versions: tuple[int, ...] | None
+    missed: tuple[Remote, ...] = ()
 
 
 class Unchanged(NamedTuple):
