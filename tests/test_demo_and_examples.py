@@ -35,6 +35,7 @@ DOC_PAGES = [
     "docs/http.md",
     "docs/tools.md",
     "docs/orchestration.md",
+    "docs/observability.md",
     "docs/durability.md",
     "docs/security.md",
     "docs/replay.md",
@@ -79,6 +80,7 @@ STANDALONE_PAGES = {
     "docs/security.md",
     "docs/replay.md",
     "docs/architecture.md",
+    "docs/observability.md",
 }
 
 

@@ -47,7 +47,7 @@ LAYERS = [
     "testing",
 ]
 # Modules of the base layer beside errors.py (they import nothing of the package).
-BASE = {"errors", "extras"}
+BASE = {"errors", "extras", "tracing"}
 IMPORTERS = {"import_module", "__import__"}
 
 

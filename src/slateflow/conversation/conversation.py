@@ -23,12 +23,13 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from threading import get_ident
 from typing import Any, overload
 
 import anyio
 
+from .. import tracing
 from ..errors import SessionError, WaitTimeoutError
 from ..flow import Admission, Flow, FlowRunner, FlowStack, StackRunner, signals
 from ..flow.actions import in_flow_action
@@ -186,9 +187,11 @@ class Conversation:
         same id again returns the first call's context (waiting for it if it is still being
         handled) and handles nothing twice; a turn that was not taken may be fed again.
         """
-        if message_id is None:
-            return await self._user_turn(text)
-        return await self._turns.once(message_id, lambda: self._user_turn(text))
+        tracer = tracing.current
+        with nullcontext() if tracer is None else tracer.turn(self, self._number() + 1):
+            if message_id is None:
+                return await self._user_turn(text)
+            return await self._turns.once(message_id, lambda: self._user_turn(text))
 
     async def _user_turn(self, text: str) -> TurnContext:
         runtime = self._runtime
@@ -441,13 +444,21 @@ class Conversation:
         return self._desk.claim(tool)
 
     async def run_tool(
-        self, tool: str, fn: Callable[..., Any], arguments: Mapping[str, Any] | None = None
+        self,
+        tool: str,
+        fn: Callable[..., Any],
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
     ) -> ToolResult:
         """Run ``fn(**arguments)`` as a call of ``tool`` under :meth:`claim`; identical
         concurrent calls share one execution. Under a ``ManualClock`` it waits as the kit's
-        waits do (a tool sleeping on it does not hang the test; see ``Session.call``)."""
-        async with jumping(self.session.clock, f"tool {tool!r}"):
-            return await self._desk.run(tool, fn, arguments)
+        waits do (a tool sleeping on it does not hang the test; see ``Session.call``).
+        ``call_id``: the model's id of this tool call (traces carry it)."""
+        tracer = tracing.current
+        with nullcontext() if tracer is None else tracer.tool(tool, call_id):
+            async with jumping(self.session.clock, f"tool {tool!r}"):
+                return await self._desk.run(tool, fn, arguments)
 
     async def tool_ok(self, tool: str) -> None:
         """Report that ``tool`` ran successfully: the flows advance and extractors with

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import tracing
 from ..errors import SessionError
 from ..resolve import BackgroundResult
 from .context import Handover, HandoverMode, Turn, TurnContext, build_context
@@ -130,3 +131,5 @@ class Contexts:
             except Exception as exc:
                 self.runtime.report(marker, exc)
         record_delivered(self.state, handover.deliveries)
+        if handover.deliveries and tracing.current is not None:
+            tracing.current.delivered(self.state, handover.deliveries, handover.number)

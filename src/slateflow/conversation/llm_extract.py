@@ -19,7 +19,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..errors import ExtractDefinitionError, SlateError
 from ..flow.steps import OnEnter
-from ..resolve.llm import LLM, LLMRequest
+from ..resolve.llm import LLM, LLMRequest, call_model
 from ..state import State
 from .extract import (
     DEFAULT_MAX_HISTORY,
@@ -293,7 +293,7 @@ class LLMExtractor(TurnExtractor):
         request = self.request(state, turns)
         self.last_request = request
         try:
-            response = await self.llm.generate(request)
+            response = await call_model(self.llm, request)
         except Exception as exc:
             return self._failed(state, f"the LLM call failed: {type(exc).__name__}: {exc}")
         try:

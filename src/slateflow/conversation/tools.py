@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from .. import tracing
 from ..errors import SessionError, ToolCallError
 from ..flow import Admission
 from ..resolve.sections import entered, inside
@@ -229,14 +230,20 @@ def admit_all(flows: Iterable[Governor], tool: str, record: bool) -> Admission:
     observe-mode breach is admitted, flagged ``violation``."""
     flagged = ""
     once = False
+    verdict: Admission | None = None
     for flow in flows:
         admission = flow.admit(tool, record=record)
         once = once or admission.once
         if not admission.allowed:
-            return Admission(tool, False, admission.reason, once=once)
+            verdict = Admission(tool, False, admission.reason, once=once)
+            break
         if admission.violation and not flagged:
             flagged = admission.reason
-    return Admission(tool, True, flagged, violation=bool(flagged), once=once)
+    if verdict is None:
+        verdict = Admission(tool, True, flagged, violation=bool(flagged), once=once)
+    if record and tracing.current is not None:
+        tracing.current.admission(tool, verdict.allowed, verdict.reason or None)
+    return verdict
 
 
 def _shared(tool: str, running: _Running) -> ToolResult:

@@ -61,6 +61,9 @@ class OpenAIModel:
     passed is yours to close).
     """
 
+    provider_name = "openai"
+    """The provider traces name (``gen_ai.provider.name``)."""
+
     def __init__(
         self,
         model: str,

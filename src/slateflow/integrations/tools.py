@@ -449,7 +449,9 @@ class _Call:
         began = clock.monotonic()
         try:
             with clock.deadline(self.timeout) as scope:
-                result = await self.conversation.run_tool(name, self._body, self.data)
+                result = await self.conversation.run_tool(
+                    name, self._body, self.data, call_id=self.call_id
+                )
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             return self._record("error", f"Error: tool {name!r} failed ({text}).", text, began)

@@ -23,6 +23,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from .. import tracing
+
 __all__ = [
     "LLM",
     "LLMDelta",
@@ -33,7 +35,9 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "call_model",
     "estimate_usage",
+    "stream_model",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -238,6 +242,39 @@ class StreamingLLM(LLM, Protocol):
     run was cancelled) must close the stream."""
 
     def stream(self, request: LLMRequest, /) -> AsyncIterator[LLMDelta | LLMResponse]: ...
+
+
+async def call_model(llm: LLM, request: LLMRequest) -> LLMResponse:
+    """``await llm.generate(request)``, traced as a model call when tracing is on (slateflow
+    calls every model through this)."""
+    tracer = tracing.current
+    if tracer is None:
+        return await llm.generate(request)
+    with tracer.model_call(llm, request) as call:
+        response = await llm.generate(request)
+        call.answered(response)
+        return response
+
+
+async def stream_model(llm: Any, request: LLMRequest) -> AsyncIterator[LLMDelta | LLMResponse]:
+    """``llm.stream(request)``'s pieces, traced as one model call when tracing is on; closing
+    this iterator closes the model's stream."""
+    pieces: AsyncIterator[LLMDelta | LLMResponse] = llm.stream(request)
+    tracer = tracing.current
+    try:
+        if tracer is None:
+            async for piece in pieces:
+                yield piece
+            return
+        with tracer.model_call(llm, request) as call:
+            async for piece in pieces:
+                if isinstance(piece, LLMResponse):
+                    call.answered(piece)
+                yield piece
+    finally:
+        close = getattr(pieces, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def estimate_usage(request: LLMRequest, response: LLMResponse) -> Usage:

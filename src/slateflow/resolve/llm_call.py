@@ -20,7 +20,17 @@ from pydantic import BaseModel, ValidationError
 from ..errors import LLMOutputError, LLMStreamError, ResolverDefinitionError
 from ..state import State
 from ..state.keys import partial_key
-from .llm import LLM, LLMDelta, LLMRequest, LLMResponse, Message, ToolSpec, usage_meta
+from .llm import (
+    LLM,
+    LLMDelta,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolSpec,
+    call_model,
+    stream_model,
+    usage_meta,
+)
 from .template import Template
 
 __all__ = ["LLMCall", "Messages", "Partial"]
@@ -119,7 +129,7 @@ class LLMCall:
         if self.stream:
             response = await self._streamed(state, request)
         else:
-            response = await self.llm.generate(request)
+            response = await call_model(self.llm, request)
         if not isinstance(response, LLMResponse):
             raise TypeError(
                 f"resolver {self.name!r}: the LLM returned a {type(response).__name__}, not an "
@@ -128,7 +138,7 @@ class LLMCall:
         return self._value(response), usage_meta(request, response)
 
     async def _streamed(self, state: State, request: LLMRequest) -> LLMResponse:
-        stream = self.llm.stream(request)  # type: ignore[attr-defined]  # checked when built
+        stream = stream_model(self.llm, request)
         text = ""
         try:
             async for piece in stream:

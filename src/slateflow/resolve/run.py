@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
 from anyio import TaskHandle
 
+from .. import tracing
 from ..errors import (
     ResolverCancelledError,
     ResolverError,
@@ -47,6 +49,13 @@ IGNORED_AFTER = 0.1
 
 # An error message longer than this is cut, so a huge exception text cannot break a size policy.
 MAX_ERROR_CHARS = 2000
+
+
+def traced(run: Run) -> AbstractContextManager[object]:
+    """The span of ``run`` when tracing is on (see :mod:`slateflow.tracing`): entered in the
+    run's own task, around its attempts and the writing of its outcome."""
+    tracer = tracing.current
+    return nullcontext() if tracer is None else tracer.run(run)
 
 
 def _leaked(exc: BaseException) -> bool:
@@ -255,22 +264,23 @@ class Run:
 
     async def call(self) -> Any:
         """Call mode: write ``running``, run in this task, write the outcome, return or raise."""
-        self.write_running()
-        try:
-            await self.execute()
-            if anyio.current_effective_deadline() == -math.inf:
-                # The caller was cancelled while the source ran, and the source returned anyway
-                # (it swallowed the cancellation, or never awaited after it): the run is
-                # cancelled, and the checkpoint raises the caller's cancellation.
-                self.cancel_reason = "caller cancelled"
-                self._cancelled()
-                self.write_outcome()
-                self.notify()
-                await anyio.lowlevel.checkpoint()
-        except BaseException:
-            self.finish_cancelled("caller cancelled")
-            raise
-        self.write_outcome()
+        with traced(self):
+            self.write_running()
+            try:
+                await self.execute()
+                if anyio.current_effective_deadline() == -math.inf:
+                    # The caller was cancelled while the source ran, and the source returned
+                    # anyway (it swallowed the cancellation, or never awaited after it): the
+                    # run is cancelled, and the checkpoint raises the caller's cancellation.
+                    self.cancel_reason = "caller cancelled"
+                    self._cancelled()
+                    self.write_outcome()
+                    self.notify()
+                    await anyio.lowlevel.checkpoint()
+            except BaseException:
+                self.finish_cancelled("caller cancelled")
+                raise
+            self.write_outcome()
         if self.status == "error":
             raise self._resolver_error() from self._cause()
         return self.value

@@ -27,7 +27,7 @@ from .clock import Clock, wait_on
 from .http import hosting
 from .reactions import Reaction
 from .resolver import CONFLICT_POLICIES, OnConflict, Resolver
-from .run import Mode, Run
+from .run import Mode, Run, traced
 from .runtime import Runtime
 
 # Waits shorter than this count as elapsed: a deadline recomputed from float clock readings can
@@ -178,17 +178,19 @@ class Scheduler:
         # source; this run's callbacks (deliver, subscribers) must not write as that resolver.
         token = context.push_actor(None) if context.actor() is not None else None
         try:
-            try:
-                await run.execute(self.limiter)
-            except BaseException:
-                # The session itself is being cancelled (its block raised, or an outer scope).
-                self._finish(run, slot, outer=True)
+            with traced(run):
+                try:
+                    await run.execute(self.limiter)
+                except BaseException:
+                    # The session itself is being cancelled (its block raised, or an outer
+                    # scope).
+                    self._finish(run, slot, outer=True)
+                    if run.deliver is not None:
+                        await self._deliver(run)
+                    raise
+                self._finish(run, slot)
                 if run.deliver is not None:
                     await self._deliver(run)
-                raise
-            self._finish(run, slot)
-            if run.deliver is not None:
-                await self._deliver(run)
         finally:
             if token is not None:
                 context.pop_actor(token)

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import tracing
 from ..errors import (
     StoreCorruptError,
     VersionConflictError,
@@ -223,6 +224,8 @@ class Engine:
                     else:
                         delivery.pending.append(((change,), chain_depth()))
             failures = self._feed_sinks((change,)) if self.sinks else None
+            if tracing.current is not None:
+                tracing.current.commit((change,))
         finally:
             lock.release()
         if failures:
@@ -490,6 +493,8 @@ class Engine:
                 if subs.everything or c[0] in by_key or (patterned and subs.watched(c[0])):
                     delivery.pending.append((batch, chain_depth()))
                     break
+        if tracing.current is not None:
+            tracing.current.commit(batch)
         return self._feed_sinks(batch) if self.sinks else None
 
     def _after(

@@ -44,6 +44,9 @@ class ScriptedLLM:
     reply a word at a time, then the whole response.
     """
 
+    provider_name = "slateflow.scripted"
+    """The provider traces name (``gen_ai.provider.name``)."""
+
     def __init__(self, replies: Iterable[Reply] = (), *, model: str = "scripted") -> None:
         self._replies: deque[Reply] = deque(replies)
         self._total = len(self._replies)

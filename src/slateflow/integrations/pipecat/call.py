@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
@@ -130,6 +131,9 @@ class PipecatCall:
         """The flow's runner, once the pipeline started."""
         self.steering = Steering(self)
         """The processor to put before the LLM service."""
+        self.tracing_context: Any = None
+        """pipecat's tracing context of the pipeline (set when it starts): with
+        ``enable_tracing=True``, slateflow's spans nest under pipecat's turn span."""
         self.tap = CallTap(self)
         """The processor to put after the output transport (before the assistant aggregator)."""
         self.replies = Replies(self.conversation, self._forget)
@@ -231,6 +235,10 @@ class PipecatCall:
         a context going back up after a tool. A speculative context (a reply started before
         the turn is final) is steered from :meth:`~slateflow.Conversation.preview`: nothing is
         fed or recorded until the turn is confirmed."""
+        with _in_turn_span(self.tracing_context):
+            return await self._steer(context, speculation)
+
+    async def _steer(self, context: LLMContext, speculation: bool) -> list[Frame]:
         turn = self._new_user_turn(context)
         if speculation:
             text = turn[0] if turn is not None else ""
@@ -323,3 +331,20 @@ def _text(message: Mapping[str, Any]) -> str:
         ]
         return " ".join(p for p in parts if p).strip()
     return ""
+
+
+@contextmanager
+def _in_turn_span(tracing_context: Any) -> Iterator[None]:
+    """Make pipecat's current turn span the OpenTelemetry parent while steering (pipecat
+    passes its spans' parents explicitly, so nothing is current in a processor's task)."""
+    turn = tracing_context.get_turn_context() if tracing_context is not None else None
+    if turn is None:
+        yield
+        return
+    from opentelemetry import context as otel_context
+
+    token = otel_context.attach(turn)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

@@ -33,7 +33,11 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.processors.frame_processor import (
+    FrameDirection,
+    FrameProcessor,
+    FrameProcessorSetup,
+)
 
 if TYPE_CHECKING:
     from .call import PipecatCall
@@ -50,6 +54,12 @@ class Steering(FrameProcessor):  # type: ignore[misc]  # pipecat is untyped for 
     def __init__(self, call: PipecatCall) -> None:
         super().__init__(name="slateflow-steering")
         self.call = call
+
+    async def setup(self, setup: FrameProcessorSetup) -> None:
+        """pipecat's set-up; keeps the pipeline's tracing context (with
+        ``enable_tracing=True``), so slateflow's spans nest under pipecat's turn span."""
+        await super().setup(setup)
+        self.call.tracing_context = getattr(setup, "tracing_context", None)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)

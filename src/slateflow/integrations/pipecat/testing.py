@@ -459,20 +459,21 @@ async def run_pipeline(
     voice: FakeVoice | None = None,
     user_params: LLMUserAggregatorParams | None = None,
     call: PipecatCall | None = None,
+    **worker_options: Any,
 ) -> AsyncIterator[tuple[Caller, PipelineWorker, LLMContextAggregatorPair]]:
     """A running pipeline ``[user aggregator, *before_llm, llm, voice, monitor,
     *after_output, assistant aggregator]`` over ``context``, driven by a :class:`Caller`;
     yields the caller, the worker and the aggregator pair (what pipecat Flows' ``FlowManager``
-    needs). Ends with the block, or earlier when the pipeline ends itself."""
+    needs). Ends with the block, or earlier when the pipeline ends itself. ``worker_options``
+    go to pipecat's ``PipelineWorker`` (``enable_tracing=True``, ``conversation_id=...``)."""
     voice = voice if voice is not None else FakeVoice()
     monitor = LineMonitor()
     pair = LLMContextAggregatorPair(context, user_params=user_params or external_turns())
     pipeline = Pipeline(
         [pair.user(), *before_llm, llm, voice, monitor, *after_output, pair.assistant()]
     )
-    worker = PipelineWorker(
-        pipeline, cancel_on_idle_timeout=False, check_dangling_tasks=False, enable_rtvi=False
-    )
+    options = {"cancel_on_idle_timeout": False, "check_dangling_tasks": False, "enable_rtvi": False}
+    worker = PipelineWorker(pipeline, **{**options, **worker_options})
     started = asyncio.Event()
 
     @worker.event_handler("on_pipeline_started")  # type: ignore[untyped-decorator]
@@ -502,10 +503,12 @@ async def pipecat_call(
     *,
     voice: FakeVoice | None = None,
     stop_timeout: float = 0.05,
+    **worker_options: Any,
 ) -> AsyncIterator[Caller]:
     """Run ``call`` in a real pipeline with ``llm`` and a :class:`FakeVoice`
     (:func:`run_pipeline`, with external turn strategies and :class:`FloorHold`); yields the
-    :class:`Caller`. The pipeline ends with the block (or earlier, when the call hangs up)."""
+    :class:`Caller`. The pipeline ends with the block (or earlier, when the call hangs up).
+    ``worker_options`` go to pipecat's ``PipelineWorker``."""
     if call.toolbox is not None:
         call.register_tools(llm)
     params = external_turns(stop_timeout, [FloorHold(call)])
@@ -518,6 +521,7 @@ async def pipecat_call(
             voice=voice,
             user_params=params,
             call=call,
+            **worker_options,
         ) as (caller, _, _):
             yield caller
     finally:
