@@ -36,6 +36,7 @@ DOC_PAGES = [
     "docs/tools.md",
     "docs/orchestration.md",
     "docs/observability.md",
+    "docs/draw.md",
     "docs/durability.md",
     "docs/security.md",
     "docs/replay.md",
@@ -81,6 +82,7 @@ STANDALONE_PAGES = {
     "docs/replay.md",
     "docs/architecture.md",
     "docs/observability.md",
+    "docs/draw.md",
 }
 
 

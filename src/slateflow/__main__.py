@@ -1,5 +1,5 @@
-"""Command line: ``python -m slateflow demo [--db PATH]`` and ``python -m slateflow replay PATH``
-(also installed as the ``slateflow`` script)."""
+"""Command line: ``python -m slateflow demo [--db PATH]``, ``python -m slateflow replay PATH`` and
+``python -m slateflow draw MODULE:FLOW`` (also installed as the ``slateflow`` script)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_arguments(
         commands.add_parser("replay", help="print the timeline of a durable state's commits")
     )
+    from .draw import add_arguments as add_draw_arguments
+
+    add_draw_arguments(
+        commands.add_parser(
+            "draw",
+            help="draw a flow (Mermaid or an HTML page), optionally "
+            "coloured by what a recorded call did",
+        )
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -47,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .replay_cli import run as replay
 
         return replay(args)
+    if args.command == "draw":
+        from .draw import run as draw
+
+        return draw(args)
     parser.print_help()
     return 2
 

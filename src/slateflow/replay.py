@@ -39,6 +39,7 @@ __all__ = [
     "Timeline",
     "as_json",
     "escape",
+    "load",
     "render",
     "replay",
     "timeline",
@@ -474,18 +475,25 @@ def replay(
         )
     options = {"start": start, "end": end, "keys": keys, "redact": redact, "secret": secret,
                "show_secrets": show_secrets}  # fmt: skip
-    text = str(path)
-    if text.startswith(REDIS_SCHEMES):
-        if not call:
-            raise StoreError(f"{text} holds many calls: name one with --call CALL_ID")
-        found, label = _from_redis(text, call, options), f"{text} call {call}"
-    else:
-        found, label = _from_file(Path(path), options), text
+    found = load(path, call=call, **options)
+    label = f"{path} call {call}" if str(path).startswith(REDIS_SCHEMES) else str(path)
     if as_json_lines:
         lines = [_base_json(found)] if found.reaches_base else []
         lines.extend(as_json(commit) for commit in found.commits)
         return lines
     return list(render(found, label, width=width, quiet_base=quiet_base))
+
+
+def load(path: str | os.PathLike[str], *, call: str | None = None, **options: Any) -> Timeline:
+    """The :func:`timeline` of the file at ``path`` (opened read-only), or of the call ``call``
+    of a State shared on Redis when ``path`` is a ``redis://`` URL; ``options`` go to
+    :func:`timeline`."""
+    text = str(path)
+    if text.startswith(REDIS_SCHEMES):
+        if not call:
+            raise StoreError(f"{text} holds many calls: name one with --call CALL_ID")
+        return _from_redis(text, call, options)
+    return _from_file(Path(path), options)
 
 
 def _from_redis(url: str, call: str, options: dict[str, Any]) -> Timeline:
