@@ -236,12 +236,12 @@ def flow_svg(flow: Flow, marking: Marking | None = None) -> str:
     for s in flow.steps:
         x, y = at[s.id]
         state = marking.state_of(s.id) if marking is not None else "plain"
-        guard = "" if s.done is None else s.done.describe()
-        done = "" if s.id in followed else guard
+        reads = "" if s.done is None else s.done.describe()
+        done = "" if s.id in followed else reads
         rx = 26 if s.terminal else 6
         out.append(
             f'<g class="step {state}" data-step="{html.escape(s.id)}">'
-            f"<title>{html.escape(s.id)}: {html.escape(guard or 'terminal')}</title>"
+            f"<title>{html.escape(s.id)}: {html.escape(reads or 'terminal')}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{_NODE_W}" height="{_NODE_H}" rx="{rx}"/>'
             f'<text x="{x + _NODE_W / 2:.0f}" y="{y + (24 if done else 34):.0f}" class="id">'
             f"{html.escape(_cut(s.id, 28))}</text>"
