@@ -37,6 +37,7 @@ DOC_PAGES = [
     "docs/orchestration.md",
     "docs/observability.md",
     "docs/draw.md",
+    "docs/timeline.md",
     "docs/durability.md",
     "docs/security.md",
     "docs/replay.md",
@@ -83,6 +84,7 @@ STANDALONE_PAGES = {
     "docs/architecture.md",
     "docs/observability.md",
     "docs/draw.md",
+    "docs/timeline.md",
 }
 
 

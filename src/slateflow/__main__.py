@@ -38,6 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "coloured by what a recorded call did",
         )
     )
+    from .timeline import add_arguments as add_timeline_arguments
+
+    add_timeline_arguments(
+        commands.add_parser(
+            "timeline", help="write a call's timeline as one HTML page (or serve it live)"
+        )
+    )
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -56,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .replay_cli import run as replay
 
         return replay(args)
+    if args.command == "timeline":
+        from .timeline import run as timeline
+
+        return timeline(args)
     if args.command == "draw":
         from .draw import run as draw
 

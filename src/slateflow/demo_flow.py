@@ -186,6 +186,13 @@ class Narrator:
 TOOLS = ["book_table", "transfer_to_human"]
 
 
+def demo_booking() -> Flow:
+    """The demo's booking flow, as a function of no arguments for the command line:
+    ``slateflow draw slateflow.demo_flow:demo_booking``, ``slateflow timeline demo.db --flow
+    slateflow.demo_flow:demo_booking``."""
+    return booking_flow(availability(ManualClock()))
+
+
 def availability(clock: ManualClock) -> Resolver:
     """The booking system: answers after 0.4 s of the demo's clock; 19:00 is taken."""
 

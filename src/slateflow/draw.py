@@ -259,18 +259,19 @@ def _edge(a: tuple[float, float], b: tuple[float, float], label: str, kind: str)
     if by > ay and by <= next_row + 1:  # to the next row: bottom of one to the top of the other
         y1, y2 = ay + _NODE_H, by
         c1, c2 = (x1, y1 + _GAP_Y / 2), (x2, y2 - _GAP_Y / 2)
-        mx, my = (x1 + x2) / 2, (y1 + y2) / 2
+        # Near the target: branches leaving one step apart there, so their labels do too.
+        mx, my = x1 + (x2 - x1) * 0.75, y1 + (y2 - y1) * 0.55
     elif by > ay:  # over rows in between: round their left side, clear of the steps there
         x1, x2 = ax, bx
         y1, y2 = ay + _NODE_H / 2, by + _NODE_H / 2
         c1, c2 = (x1 - _SIDE, y1), (x2 - _SIDE, y2)
-        mx, my = min(x1, x2) - _SIDE * 0.75 + 10, (y1 + y2) / 2
+        mx, my = max(min(x1, x2) - _SIDE * 0.75 + 10, _MARGIN + 80), (y1 + y2) / 2
     else:  # back (a retry) or sideways: out of the right side, round and in again
         x1, x2 = ax + _NODE_W, bx + _NODE_W
         y1, y2 = ay + _NODE_H / 2, by + _NODE_H / 2
         c1, c2 = (x1 + _SIDE * 0.6, y1), (x2 + _SIDE * 0.6, y2)
         mx, my = max(x1, x2) + _SIDE * 0.45, (y1 + y2) / 2
-    text = html.escape(_cut(label, 40))
+    text = html.escape(_cut(label, 34))
     return (
         f'<g class="edge {kind}"><title>{html.escape(label)}</title>'
         f'<path d="M{x1:.0f},{y1:.0f} C{c1[0]:.0f},{c1[1]:.0f} {c2[0]:.0f},{c2[1]:.0f} '
