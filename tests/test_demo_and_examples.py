@@ -111,9 +111,39 @@ def run_blocks(blocks: list[str], page: str) -> None:
                 exec(code, namespace)
 
 
-def test_demo_runs_from_the_command_line() -> None:
+def test_the_demo_shows_the_flow_first_and_fits_a_screen() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "slateflow", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 40
+    assert max(len(line) for line in lines) <= 100
+    assert_in_order(
+        proc.stdout,
+        [
+            "the plan: slot -> check -> offer (if taken) -> confirm -> book -> goodbye",
+            'caller: "Saturday at 7 pm, for four people. My card is [card ending 1111]."',
+            "heard: date='Saturday', time='19:00', party_size=4",
+            ">> slot done, check entered",
+            "model calls book_table: refused, 'book_table' is not permitted yet",
+            "waited for availability: it answered after 0.4 s, in the background",
+            ">> check done, offer entered",
+            "model calls book_table: admitted, it runs",
+            "complete: True",
+            "python -m slateflow demo --verbose",
+        ],
+    )
+    assert "4111 1111 1111 1111" not in proc.stdout
+
+
+def test_demo_runs_from_the_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "slateflow", "demo", "--verbose"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -146,8 +176,8 @@ def test_demo_runs_from_the_command_line() -> None:
     assert "4929 1234 5678 9012" not in out
     assert "4111 1111 1111 1111." in out  # said by the caller ...
     assert out.count("4111 1111 1111 1111") == 1  # ... and never shown again
-    # Part 8: the flow moves as the facts arrive, in this order.
-    flow_part = out[out.index("8. The same call as a Flow") :]
+    # First: the flow moves as the facts arrive, in this order.
+    flow_part = out[out.index("The call as a Flow") : out.index("The State underneath")]
     assert_in_order(
         flow_part,
         [
@@ -185,8 +215,8 @@ def test_demo_runs_from_the_command_line() -> None:
 def test_demo_is_deterministic_and_leaves_the_booking_in_the_state() -> None:
     first: list[str] = []
     second: list[str] = []
-    state = run(first.append)
-    run(second.append)
+    state = run(first.append, verbose=True)
+    run(second.append, verbose=True)
     assert first == second
     assert state.get("booking:status") == "confirmed"
     assert state.get("booking:party_size") == 5
@@ -205,8 +235,10 @@ def test_cli_without_a_command_prints_help(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_cli_demo_in_process(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+    assert main(["demo", "--verbose"]) == 0
     assert "7. End of turn" in capsys.readouterr().out
+    assert main(["demo"]) == 0
+    assert "--verbose" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

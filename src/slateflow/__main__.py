@@ -24,6 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the call on a durable state in PATH instead: it drops mid-call; run the same "
         "command again to resume it",
     )
+    demo.add_argument(
+        "--verbose",
+        action="store_true",
+        help="tell the call in full, then show the State's journal of another call",
+    )
     from .replay_cli import add_arguments
 
     add_arguments(
@@ -57,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         from .demo import run
 
-        run()
+        run(verbose=args.verbose)
         return 0
     if args.command == "replay":
         from .replay_cli import run as replay
@@ -76,4 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:  # `slateflow demo | head`: the reader left; nothing is wrong
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None

@@ -68,12 +68,27 @@ def _heading(out: Out, title: str) -> None:
     out("-" * len(title))
 
 
-def run(out: Out = print) -> State:
-    """Run the demo, writing its narrative line by line to ``out``; returns the final State."""
-    return anyio.run(_run, out)
+def run(out: Out = print, *, verbose: bool = False) -> State:
+    """Run the demo, writing its narrative line by line to ``out``: the call as a flow in a
+    screenful, and with ``verbose`` that flow told in full, then the State's journal of
+    another call (subscribers, provenance, refused writes, a transaction, secrets). Returns
+    the last State."""
+    return anyio.run(_run, out, verbose)
 
 
-async def _run(out: Out) -> State:
+async def _run(out: Out, verbose: bool = False) -> State:
+    if not verbose:
+        out("slateflow demo: a voice agent books a table, its plan a Flow")
+        out("=" * 60)
+        state = await run_flow_demo(out, ManualClock(start=START.timestamp()), verbose=False)
+        out("")
+        out("python -m slateflow demo --verbose: the same call told in full, then the State's")
+        out("journal (provenance, refused writes, a transaction, masked secrets).")
+        return state
+    return await _journal(out)
+
+
+async def _journal(out: Out) -> State:
     state = State(clock=TickingClock())
     avail = "availability"
 
@@ -99,6 +114,9 @@ async def _run(out: Out) -> State:
 
     out("slateflow demo: a voice agent books a table")
     out("===========================================")
+    _heading(out, "The call as a Flow: steps advance when their guards hold")
+    await run_flow_demo(out, ManualClock(start=START.timestamp()))
+    _heading(out, "The State underneath: every write journaled, governed, with provenance")
     out("Every line starting with [seq N] is printed by one subscriber, once per committed batch.")
 
     _heading(out, "1. The caller speaks; the extractor fills slots")
@@ -238,7 +256,4 @@ async def _run(out: Out) -> State:
         f"  end_turn(state) cleared {cleared} key(s); {len(state)} keys remain, cursor "
         f"{state.journal.cursor}, {len(state.journal.since(0))} changes in the journal"
     )
-
-    _heading(out, "8. The same call as a Flow: steps advance when their guards hold")
-    await run_flow_demo(out, ManualClock(start=START.timestamp()))
     return state

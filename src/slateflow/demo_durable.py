@@ -84,7 +84,7 @@ async def _call(state: State, path: str, out: Out) -> None:
     clock = ManualClock(start=START.timestamp())
     flow = booking_flow(availability(clock)).compile(tools=TOOLS)
     slots, answers = extractors(clock)
-    say = Narrator(out, slots, answers)
+    say = Narrator(out, slots, answers, verbose=True)
     async with Session(state, clock=clock) as session:
         conversation = Conversation(session, tools=TOOLS)
         conversation.add_extractor(slots)

@@ -131,17 +131,57 @@ def extractors(clock: ManualClock) -> tuple[Extractor, Extractor]:
 
 class Narrator:
     """Says what happens in the booking call: the caller's turns, the model's tool calls, what
-    the model is told, and the flow's steps as they are entered and done."""
+    the model is told, and the flow's steps as they are entered and done. ``verbose=False``
+    says it in a screenful: one line a turn, a tool call or a step change."""
 
-    def __init__(self, out: Out, slots: Extractor, answers: Extractor) -> None:
+    def __init__(self, out: Out, slots: Extractor, answers: Extractor, verbose: bool) -> None:
         self.out = out
         self.extractors = (slots, answers)
+        self.verbose = verbose
+        self._moves: list[str] = []
 
     def entered(self, runner: FlowRunner, flow: str, step: str) -> None:
-        self.out(f"  >> step '{step}' entered")
+        if self.verbose:
+            self.out(f"  >> step '{step}' entered")
+        else:
+            self._moves.append(f"{step} entered")
 
     def finished(self, runner: FlowRunner, flow: str, step: str) -> None:
-        self.out(f"  >> step '{step}' done")
+        if self.verbose:
+            self.out(f"  >> step '{step}' done")
+        else:
+            self._moves.append(f"{step} done")
+
+    def moves(self) -> None:
+        """Say the step changes since the last time, on one line (the short narration)."""
+        if self._moves:
+            self.out("     >> " + ", ".join(self._moves))
+            self._moves.clear()
+
+    async def wait(self, clock: ManualClock, seconds: float, what: str) -> None:
+        """Let ``seconds`` of the demo's clock pass while ``what`` runs, showing it wait."""
+        ticks = 4
+        shown = ""
+        for i in range(1, ticks + 1):
+            await clock.advance(seconds / ticks)
+            shown = (
+                f"  waiting for {what} "
+                + "#" * i
+                + "." * (ticks - i)
+                + f" {seconds * i / ticks:.1f} s"
+            )
+            if self.live:
+                print("\r" + shown, end="", flush=True)
+        if self.live:
+            print("\r" + " " * len(shown) + "\r", end="", flush=True)
+        self.out(f"  waited for {what}: it answered after {seconds:g} s, in the background")
+
+    @property
+    def live(self) -> bool:
+        """Whether the wait can be drawn in place (the narration goes to a terminal)."""
+        import sys
+
+        return self.out is print and sys.stdout.isatty()
 
     def follow(self, runner: FlowRunner) -> None:
         """Narrate ``runner``'s steps (until :meth:`unfollow`)."""
@@ -164,23 +204,48 @@ class Narrator:
         async with conversation.claim(tool) as claim:
             if claim:
                 self.out(f"  model calls {tool}: admitted, it runs")
-            else:
+            elif self.verbose:
                 self.out(f"  model calls {tool}: refused")
                 self.out(f"     {claim.reason}")
+            else:
+                reason = claim.reason.split(". ")[0]
+                self.out(f"  model calls {tool}: refused, {_cut(reason, 60)}")
+        if not self.verbose:
+            self.moves()
 
     async def hear(self, conversation: Conversation, said: str) -> None:
         # What a voice loop does each turn: one call redacts, extracts, advances the flow and
         # says what the model should be told now.
         out = self.out
-        out(f'  caller: "{said}"')
         assert conversation.redact is not None
-        out(f'     transcript (redacted): "{conversation.redact(said)}"')
+        redacted = conversation.redact(said)
+        if not self.verbose:
+            out(f'  caller: "{_cut(redacted, 88)}"')
+            context = await conversation.user_turn(said)
+            written = [
+                f"{d.key.split(':')[-1]}={d.value!r}"
+                for extractor in self.extractors
+                for d in extractor.history[-1].decisions
+                if d.written
+            ]
+            if written:
+                out("     heard: " + _cut(", ".join(written), 80))
+            self.moves()
+            if context.lines:
+                out(f"     model is told: {_cut(context.lines[0], 76)}")
+            return
+        out(f'  caller: "{said}"')
+        out(f'     transcript (redacted): "{redacted}"')
         context = await conversation.user_turn(said)
         for extractor in self.extractors:
             for d in extractor.history[-1].decisions:
                 verdict = "written" if d.written else "not written"
                 out(f"     {extractor.name}: {d.key} = {d.value!r} {verdict} ({d.reason})")
         self.model_told(context)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 TOOLS = ["book_table", "transfer_to_human"]
@@ -205,16 +270,21 @@ def availability(clock: ManualClock) -> Resolver:
     return Resolver.fetch("availability", check_book, reads=["booking:time"])
 
 
-async def run_flow_demo(out: Out, clock: ManualClock) -> State:
-    """Narrate the booking flow over a fresh State; returns it."""
+async def run_flow_demo(out: Out, clock: ManualClock, *, verbose: bool = True) -> State:
+    """Narrate the booking flow over a fresh State (``verbose=False``: in a screenful);
+    returns it."""
     state = State(clock=clock)
     flow = booking_flow(availability(clock)).compile(tools=TOOLS)
-    out("  the plan, as Mermaid (flow.to_mermaid()):")
-    for line in flow.to_mermaid().splitlines():
-        out(f"    {line}")
+    if verbose:
+        out("  the plan, as Mermaid (flow.to_mermaid()):")
+        for line in flow.to_mermaid().splitlines():
+            out(f"    {line}")
+    else:
+        out("  the plan: slot -> check -> offer (if taken) -> confirm -> book -> goodbye")
+        out("  (draw it: slateflow draw slateflow.demo_flow:demo_booking --format html)")
 
     slots, answers = extractors(clock)
-    say = Narrator(out, slots, answers)
+    say = Narrator(out, slots, answers, verbose)
     async with Session(state, clock=clock) as session:
         conversation = Conversation(session, tools=TOOLS)  # the call over the session
         conversation.add_extractor(slots)
@@ -228,11 +298,19 @@ async def run_flow_demo(out: Out, clock: ManualClock) -> State:
                 conversation, "Saturday at 7 pm, for four people. My card is 4111 1111 1111 1111."
             )
             await say.run_tool(conversation, "book_table")
-            out("  (0.4 s later the booking system answers, in the background)")
-            await clock.advance(0.4)
+            if verbose:
+                out("  (0.4 s later the booking system answers, in the background)")
+                await clock.advance(0.4)
+            else:
+                await say.wait(clock, 0.4, "availability")
             await runner.wait_for_step("offer")
-            out("  the model is idle, so it is told now (conversation.context_now()):")
-            say.model_told(conversation.context_now())
+            if verbose:
+                out("  the model is idle, so it is told now (conversation.context_now()):")
+                say.model_told(conversation.context_now())
+            else:
+                say.moves()
+                told = conversation.context_now().lines
+                out(f"     model is told now: {_cut(told[0], 72)}" if told else "")
             await say.hear(conversation, "Yes, 7:30 pm works for us.")
             await say.hear(conversation, "Yes, that is right.")
             await say.run_tool(conversation, "book_table")

@@ -24,26 +24,34 @@ __all__ = ["ModelCall", "Tracer", "current", "install"]
 class ModelCall(Protocol):
     """What a tracer's model-call context is told once the model answered."""
 
-    def answered(self, response: Any) -> None: ...
+    def answered(self, response: Any) -> None:
+        """The model answered with ``response`` (its model, usage and finish reason)."""
 
 
 class Tracer(Protocol):
     """Receives what slateflow does (see the module docstring); every method is optional
     work for the tracer, never for slateflow: each must return quickly and never raise."""
 
-    def turn(self, conversation: Any, number: int) -> AbstractContextManager[object]: ...
+    def turn(self, conversation: Any, number: int) -> AbstractContextManager[object]:
+        """A context around one user turn of ``conversation``."""
 
-    def run(self, run: Any) -> AbstractContextManager[object]: ...
+    def run(self, run: Any) -> AbstractContextManager[object]:
+        """A context around one resolver run, entered in the run's own task."""
 
-    def model_call(self, llm: Any, request: Any) -> AbstractContextManager[ModelCall]: ...
+    def model_call(self, llm: Any, request: Any) -> AbstractContextManager[ModelCall]:
+        """A context around one call of ``llm``; told the response when it comes."""
 
-    def tool(self, tool: str, call_id: str | None) -> AbstractContextManager[object]: ...
+    def tool(self, tool: str, call_id: str | None) -> AbstractContextManager[object]:
+        """A context around one tool call (``call_id``: the model's id of it, if known)."""
 
-    def admission(self, tool: str, allowed: bool, reason: str | None) -> None: ...
+    def admission(self, tool: str, allowed: bool, reason: str | None) -> None:
+        """A tool admission was decided."""
 
-    def commit(self, batch: Sequence[Any]) -> None: ...
+    def commit(self, batch: Sequence[Any]) -> None:
+        """A State committed ``batch`` (under its lock, in the writer's thread)."""
 
-    def delivered(self, state: Any, results: Sequence[Any], turn: int) -> None: ...
+    def delivered(self, state: Any, results: Sequence[Any], turn: int) -> None:
+        """Background ``results`` reached the model with turn ``turn``'s context."""
 
 
 current: Tracer | None = None

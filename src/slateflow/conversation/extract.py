@@ -523,6 +523,8 @@ class Extractor(TurnExtractor):
         return found
 
     async def read(self, state: State, turns: Sequence[str]) -> ExtractionResult:
+        """Read the fields in ``turns`` (oldest first) and promote them into ``state``; never
+        raises for a reply it cannot use (the result says what failed)."""
         return self.promote(state, self.recognize(" ".join(turns), state))
 
     def __repr__(self) -> str:

@@ -34,17 +34,35 @@ class Governor(Protocol):
     """
 
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """Whether the flow has stopped governing (its session closed)."""
+
     @property
-    def is_over(self) -> bool: ...
+    def is_over(self) -> bool:
+        """Whether the flow is over: complete, its closing words handed to the model."""
+
     @property
-    def ambient(self) -> frozenset[str]: ...
-    def begin_turn(self) -> None: ...
-    def abort_turn(self) -> None: ...
-    async def on_turn(self) -> None: ...
-    def on_tool_ok(self, tool: str) -> None: ...
-    def admit(self, tool: str, *, record: bool = True) -> Admission: ...
-    def brief(self, tools: Iterable[str] = ()) -> Brief: ...
+    def ambient(self) -> frozenset[str]:
+        """The tools admitted whatever step is active (a transfer, say)."""
+
+    def begin_turn(self) -> None:
+        """A user turn starts: count it, and note what the model was told before it."""
+
+    def abort_turn(self) -> None:
+        """The turn begun last was not taken (cancelled or failed): forget it."""
+
+    async def on_turn(self) -> None:
+        """The turn's words are in the State: advance, waiting for call-mode actions."""
+
+    def on_tool_ok(self, tool: str) -> None:
+        """``tool`` ran successfully: count it for the guards that wait on it."""
+
+    def admit(self, tool: str, *, record: bool = True) -> Admission:
+        """May the model call ``tool`` now (``record=False``: a question, not a call)?"""
+
+    def brief(self, tools: Iterable[str] = ()) -> Brief:
+        """What the model is told now: active steps, postures, grounds, the tools of ``tools``
+        available."""
 
 
 @runtime_checkable
@@ -59,6 +77,11 @@ class TurnHook(Protocol):
 
     name: str
 
-    async def on_turn(self, conversation: Conversation, turn: Turn, /) -> None: ...
-    async def on_tool(self, conversation: Conversation, tool: str, /) -> None: ...
-    async def on_step_change(self, conversation: Conversation, since: int, /) -> None: ...
+    async def on_turn(self, conversation: Conversation, turn: Turn, /) -> None:
+        """Called with each user turn the conversation takes, before the flows advance."""
+
+    async def on_tool(self, conversation: Conversation, tool: str, /) -> None:
+        """Called after each tool that ran successfully."""
+
+    async def on_step_change(self, conversation: Conversation, since: int, /) -> None:
+        """Called when the active steps changed since user turn ``since``."""

@@ -64,6 +64,7 @@ class MeteredLLM:
         self.operator = operator
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
+        """The wrapped model's answer, its usage charged to the budget."""
         response = await self.llm.generate(request)
         self._charge(request, response)
         return response

@@ -50,15 +50,19 @@ class Orchestrator(Protocol):
     """Hands work to agents; see the module docs. ``dispatch`` raises :class:`DispatchError`
     for a failed call; ``dispatch_many`` returns it in that call's place instead."""
 
-    async def dispatch(self, agent_id: str, input: JsonValue, /) -> JsonValue: ...
+    async def dispatch(self, agent_id: str, input: JsonValue, /) -> JsonValue:
+        """Run ``agent_id`` on ``input``; raises :class:`DispatchError` if it fails."""
 
     async def dispatch_many(
         self, tasks: Sequence[tuple[str, JsonValue]], /
-    ) -> list[JsonValue | DispatchError]: ...
+    ) -> list[JsonValue | DispatchError]:
+        """Run every ``(agent_id, input)``; results in input order, a failure in its place."""
 
-    async def signal(self, workflow_id: str, signal: SignalPayload, /) -> None: ...
+    async def signal(self, workflow_id: str, signal: SignalPayload, /) -> None:
+        """Send ``signal`` to a running workflow; returns once it is accepted."""
 
-    async def query(self, workflow_id: str, query: QueryPayload, /) -> JsonValue: ...
+    async def query(self, workflow_id: str, query: QueryPayload, /) -> JsonValue:
+        """Ask a running workflow ``query`` (read-only); returns its JSON answer."""
 
 
 QueryHandler = Callable[[QueryPayload], JsonValue]

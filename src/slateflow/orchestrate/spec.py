@@ -86,6 +86,8 @@ class AgentExecutor(Protocol):
     """
 
     @property
-    def concurrency_hint(self) -> int: ...
+    def concurrency_hint(self) -> int:
+        """How many steps this executor runs well at once (0 counts as 1)."""
 
-    async def execute_step(self, spec: AgentStepSpec, /) -> StepOutcome: ...
+    async def execute_step(self, spec: AgentStepSpec, /) -> StepOutcome:
+        """Run one step; a failure is an outcome with ``success=False``, not an exception."""

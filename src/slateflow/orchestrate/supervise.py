@@ -47,7 +47,8 @@ log = logging.getLogger("slateflow.orchestrate")
 class PromptAgent(Protocol):
     """A long-lived agent: ``async prompt(messages) -> result``."""
 
-    async def prompt(self, messages: Sequence[str], /) -> Any: ...
+    async def prompt(self, messages: Sequence[str], /) -> Any:
+        """Handle one prompt; the answer goes back to whoever sent it."""
 
 
 class SupervisorAction(StrEnum):
@@ -61,7 +62,8 @@ class SupervisorAction(StrEnum):
 class SupervisorPolicy(Protocol):
     """Decides about an agent's error: ``on_agent_error(name, error) -> SupervisorAction``."""
 
-    def on_agent_error(self, name: str, error: BaseException, /) -> SupervisorAction: ...
+    def on_agent_error(self, name: str, error: BaseException, /) -> SupervisorAction:
+        """What to do about an agent that failed: restart it, escalate or give up."""
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -85,6 +87,7 @@ class DefaultSupervisor:
         self.max_restarts = max_restarts
 
     def on_agent_error(self, name: str, error: BaseException, /) -> SupervisorAction:
+        """Restart a retryable failure (up to the limit, with backoff), give up on the rest."""
         return SupervisorAction.RESTART if is_retryable(error) else SupervisorAction.STOP
 
 

@@ -136,6 +136,7 @@ class SwappableLLM:
         self.current = to
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
+        """The current model's answer (charged to the workflow's budget when it has one)."""
         name = self.current
         response = await self.models[name].generate(request)
         if self.budget is not None:

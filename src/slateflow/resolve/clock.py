@@ -44,13 +44,17 @@ class Clock(Protocol):
 
     def __call__(self) -> float: ...
 
-    def time(self) -> float: ...
+    def time(self) -> float:
+        """Wall-clock time in seconds (for timestamps)."""
 
-    def monotonic(self) -> float: ...
+    def monotonic(self) -> float:
+        """A monotonic time in seconds (for durations and deadlines)."""
 
-    async def sleep(self, seconds: float) -> None: ...
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on this clock."""
 
-    def deadline(self, seconds: float) -> AbstractContextManager[anyio.CancelScope]: ...
+    def deadline(self, seconds: float) -> AbstractContextManager[anyio.CancelScope]:
+        """A cancel scope that ends its block after ``seconds`` on this clock."""
 
 
 class SystemClock:

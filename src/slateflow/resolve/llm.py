@@ -232,7 +232,8 @@ class LLM(Protocol):
     its ``Retry`` says so).
     """
 
-    async def generate(self, request: LLMRequest, /) -> LLMResponse: ...
+    async def generate(self, request: LLMRequest, /) -> LLMResponse:
+        """Complete ``request``; raise for a failed call."""
 
 
 @runtime_checkable
@@ -241,7 +242,8 @@ class StreamingLLM(LLM, Protocol):
     pieces, then the whole :class:`LLMResponse` as its last item. Closing the iterator early (the
     run was cancelled) must close the stream."""
 
-    def stream(self, request: LLMRequest, /) -> AsyncIterator[LLMDelta | LLMResponse]: ...
+    def stream(self, request: LLMRequest, /) -> AsyncIterator[LLMDelta | LLMResponse]:
+        """Yield the answer's pieces, then the whole :class:`LLMResponse` last."""
 
 
 async def call_model(llm: LLM, request: LLMRequest) -> LLMResponse:

@@ -97,7 +97,8 @@ def _must_be_str(name: str) -> Callable[[Any], None]:
 class TextAgent(Protocol):
     """A sub-agent: ``async def run(self, state) -> str``, reading its inputs from the State."""
 
-    async def run(self, state: State, /) -> str: ...
+    async def run(self, state: State, /) -> str:
+        """Answer ``prompt`` (with the State at hand); the text becomes the resolver's value."""
 
 
 class ResolverOptions(TypedDict, total=False):

@@ -49,30 +49,37 @@ class Change:
 
     @property
     def key(self) -> str:
+        """The key changed."""
         return self._raw[0]
 
     @property
     def old(self) -> JSON:
+        """The value before the change (None when the key was created)."""
         return copy_json(self._raw[1])
 
     @property
     def new(self) -> JSON:
+        """The value after the change (None when the key was removed)."""
         return copy_json(self._raw[2])
 
     @property
     def version(self) -> int:
+        """The key's version after the change (0: removed)."""
         return self._raw[3]
 
     @property
     def seq(self) -> int:
+        """The commit the change belongs to."""
         return self._raw[4]
 
     @property
     def origin(self) -> str:
+        """What made the commit: ``set``, ``update``, ``transaction``, ``remove``, ..."""
         return self._raw[5]
 
     @property
     def removed(self) -> bool:
+        """Whether the key was removed."""
         return self._raw[6]
 
     @property
@@ -88,10 +95,12 @@ class Change:
 
     @property
     def at(self) -> datetime:
+        """When the commit was made (the State's clock, in seconds)."""
         return ns_to_dt(self._raw[7])
 
     @property
     def provenance(self) -> Provenance:
+        """Who wrote the new value: source, writer, confidence, meta (None when removed)."""
         return self._raw[8].provenance(self._raw[7])
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:

@@ -22,7 +22,8 @@ class JournalSink(Protocol):
     and reported on ``state.receiver_failed``; it never fails the write.
     """
 
-    def record(self, changes: Sequence[Change]) -> None: ...
+    def record(self, changes: Sequence[Change]) -> None:
+        """Receive one committed batch (called under the State's lock: be quick, do not write)."""
 
 
 class MemorySink:
@@ -32,6 +33,7 @@ class MemorySink:
         self.changes: list[Change] = []
 
     def record(self, changes: Sequence[Change]) -> None:
+        """Keep the batch's changes (in :attr:`changes`)."""
         self.changes.extend(changes)
 
 
@@ -51,6 +53,7 @@ class JsonlSink:
         self._lock = threading.Lock()
 
     def record(self, changes: Sequence[Change]) -> None:
+        """Append the batch's changes to the file, one JSON object per line."""
         lines = "".join(
             json.dumps(m.to_dict(redact=self.redact), ensure_ascii=False) + "\n" for m in changes
         )

@@ -219,9 +219,8 @@ class SQLiteStore(Checkpoints):
             self._side = side
         return self._side
 
-    # -- loading and reading ------------------------------------------------------------------
-
     def load(self) -> Loaded:
+        """Everything the store holds (raises ``StoreCorruptError`` for a damaged store)."""
         loaded, self._tip = self._read(None)
         self._appended = self._durable = loaded.head
         return loaded
@@ -233,6 +232,7 @@ class SQLiteStore(Checkpoints):
             )
 
     def read(self, upto: int | None = None) -> Loaded:
+        """The base and the commits up to ``upto`` (default: all), without side effects."""
         return self._read(upto)[0]
 
     def _read(self, upto: int | None) -> tuple[Loaded, bytes]:
@@ -317,6 +317,7 @@ class SQLiteStore(Checkpoints):
         return rows, prev
 
     def commits(self, after: int = 0, upto: int | None = None) -> Iterator[CommitRow]:
+        """The stored commits with ``after < seq <= upto``, in order."""
         # Read in one go under the lock: a generator must not hold the connection between steps.
         with self._lock:
             self._check_open()
@@ -342,9 +343,8 @@ class SQLiteStore(Checkpoints):
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, commit: CommitRow) -> None:
-        # Called under the State's lock, before the State applies the batch: encoded here, so
-        # a value JSON cannot hold is refused with nothing applied; the I/O happens in the
-        # writer thread.
+        """Accept one committed batch, under the State's lock before it applies it: encoded
+        here, so a value JSON cannot hold is refused with nothing applied (I/O is the writer's)."""
         if self.readonly:
             raise self._readonly()
         seq, at_ns, origin, changes = commit
@@ -511,6 +511,7 @@ class SQLiteStore(Checkpoints):
             self._done.notify_all()
 
     def sync(self, seq: int | None = None) -> None:
+        """Return once every commit up to ``seq`` (default: all appended) is durable."""
         target = self._appended if seq is None else seq
         if self._durable >= target:
             return
@@ -538,6 +539,7 @@ class SQLiteStore(Checkpoints):
                 self._done.wait(0.5)
 
     def compact(self, seq: int, entries: list[EntryRow]) -> None:
+        """Replace the history up to ``seq`` by ``entries`` (the state as of ``seq``)."""
         # Queued behind every commit it summarises, so they are on disk before it replaces them.
         if self.readonly:
             raise self._readonly()
@@ -582,8 +584,6 @@ class SQLiteStore(Checkpoints):
             self.error = StoreClosedError(
                 f"store {str(self.path)!r} is closed; open it again with State.open to write"
             )
-
-    # -- workflow checkpoints -----------------------------------------------------------------
 
     def _readonly(self) -> StoreError:
         return StoreError(

@@ -72,6 +72,7 @@ class ScriptedLLM:
         return len(self._replies)
 
     async def generate(self, request: LLMRequest, /) -> LLMResponse:
+        """The next scripted reply to ``request`` (recorded in :attr:`requests`)."""
         reply = await self._next(request)
         if isinstance(reply, CutOff):
             raise LLMStreamError(f"ScriptedLLM: the answer was cut off after {reply.text!r}")
