@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
 import io
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -69,23 +66,6 @@ def assert_in_order(out: str, lines: list[str]) -> None:
         at = found + len(line)
 
 
-# Pages whose every snippet runs alone, as a plain script (what a reader copies); the others
-# still build on their earlier blocks and run in order in one namespace.
-STANDALONE_PAGES = {
-    "README.md",
-    "docs/testing.md",
-    "docs/flows.md",
-    "docs/conversation.md",
-    "docs/http.md",
-    "docs/openai.md",
-    "docs/tools.md",
-    "docs/security.md",
-    "docs/replay.md",
-    "docs/architecture.md",
-    "docs/observability.md",
-    "docs/draw.md",
-    "docs/timeline.md",
-}
 
 
 def run_alone(block: str, where: str) -> None:
@@ -93,22 +73,6 @@ def run_alone(block: str, where: str) -> None:
     code = compile(block, where, "exec")
     with contextlib.redirect_stdout(io.StringIO()):
         exec(code, {"__name__": "__main__"})
-
-
-def run_blocks(blocks: list[str], page: str) -> None:
-    """Execute ``blocks`` in order in one namespace; a block with top-level await runs on anyio."""
-    namespace: dict[str, Any] = {"__name__": f"docs_{Path(page).stem}"}
-    for i, block in enumerate(blocks, 1):
-        code = compile(block, f"{page} block {i}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        with contextlib.redirect_stdout(io.StringIO()):
-            if code.co_flags & inspect.CO_COROUTINE:  # the block awaits at top level
-
-                async def block_main(code: Any = code) -> None:
-                    await eval(code, namespace)
-
-                anyio.run(block_main)
-            else:
-                exec(code, namespace)
 
 
 def test_the_demo_shows_the_flow_first_and_fits_a_screen() -> None:
@@ -400,10 +364,8 @@ def test_state_page_has_snippets() -> None:
 
 @pytest.mark.parametrize("page", DOC_PAGES)
 def test_doc_snippets_run(page: str) -> None:
+    """Every snippet of every page runs alone, as a plain script (what a reader copies)."""
     blocks = python_blocks(page)
-    if page not in STANDALONE_PAGES:
-        run_blocks(blocks, page)
-        return
     for i, block in enumerate(blocks, 1):
         run_alone(block, f"{page} block {i}")
 
