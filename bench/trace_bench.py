@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+from flow_bench import linear_flow  # the same 200-step flow as the flow bench
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider
 
-from slateflow import Conversation, Flow, ManualClock, Resolver, Session, State, Step, is_set
+from slateflow import Conversation, ManualClock, Resolver, Session, State
 from slateflow.flow import FlowRunner
 from slateflow.integrations import otel
 from slateflow.testing import ScriptedLLM
@@ -45,16 +46,6 @@ class Nowhere(SpanExporter):
 PROVIDER = TracerProvider()
 PROVIDER.add_span_processor(SimpleSpanProcessor(Nowhere()))
 TRACER = PROVIDER.get_tracer("bench")
-
-
-def linear_flow(steps: int) -> Flow:
-    return Flow(
-        "linear",
-        [
-            Step(f"s{i}", after=[f"s{i - 1}"] if i else [], done=is_set(f"k:{i}"))
-            for i in range(steps)
-        ],
-    ).build()
 
 
 def flow_step(steps: int, inside_span: bool) -> float:
