@@ -74,7 +74,7 @@ def load_flows(spec: str) -> list[Flow]:
                 "or a function of no arguments returning one"
             ) from None
     if isinstance(found, FlowStack):
-        return [found.main, *(d.flow for d in found.digressions)]
+        return found.flows
     if isinstance(found, Flow):
         return [found]
     raise UsageError(f"{spec}: {attribute!r} is a {type(found).__name__}, not a Flow or FlowStack")

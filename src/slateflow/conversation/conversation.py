@@ -421,9 +421,7 @@ class Conversation:
     def _check_tools(self, flow: Flow | FlowStack) -> None:
         if not self.tools:
             return  # nothing to check against: the agent's tools were not named
-        stacked = [] if isinstance(flow, Flow) else [flow.main, *(d.flow for d in flow.digressions)]
-        for one in [flow] if isinstance(flow, Flow) else stacked:
-            one.compile(tools=self.tools)
+        flow.compile(tools=self.tools)
 
     def _live(self) -> list[Governor]:
         return [g for g in self._flows if not g.closed]

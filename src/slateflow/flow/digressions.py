@@ -96,13 +96,17 @@ class FlowStack:
         self._add(Digression(name, when, flow, then))
         return self
 
+    @property
+    def flows(self) -> list[Flow]:
+        """The main flow, then each digression's flow."""
+        return [self.main, *(d.flow for d in self.digressions)]
+
     def compile(self, tools: Iterable[str] | None = None) -> FlowStack:
         """Compile the main flow and every digression's flow (``FlowDefinitionError`` lists
         the problems of the first that has any)."""
         names = None if tools is None else list(tools)
-        self.main.compile(names)
-        for d in self.digressions:
-            d.flow.compile(names)
+        for flow in self.flows:
+            flow.compile(names)
         return self
 
     def start(

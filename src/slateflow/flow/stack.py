@@ -111,7 +111,7 @@ class StackRunner:
         self._unregister: Callable[[], None] | None = None  # from session.on_close
         self._waits = Waits(self.name, threading.RLock(), lambda: self._closed, self.explain)
         # Waiters wake on any layer's progress and on the stack's own keys.
-        names = [stack.main.name, *(d.flow.name for d in stack.digressions)]
+        names = [flow.name for flow in stack.flows]
         watched = [f"flow:{n}:{k}" for n in names for k in ("active", "done", "complete")]
         watched += [OVERLAY_KEY, TERMINATED_KEY, OVER_KEY]
         self._sub = state.subscribe(self._progressed, keys=watched)

@@ -95,13 +95,7 @@ class LiveKitCall:
             self.conversation.add_extractor(extractor)
         tools = self.conversation.tools
         if flow is not None and tools:
-            flows = (
-                [flow]
-                if isinstance(flow, Flow)
-                else [flow.main, *(d.flow for d in flow.digressions)]
-            )
-            for one in flows:
-                one.compile(tools=tools)  # a misspelt tool name fails here, not mid-call
+            flow.compile(tools=tools)  # a misspelt tool name fails here, not mid-call
         self.runner: FlowRunner | StackRunner | None = None
         self.agent = SlateflowAgent(
             self, instructions=instructions, tools=self.livekit_tools(), **(agent_options or {})

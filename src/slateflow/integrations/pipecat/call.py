@@ -119,14 +119,7 @@ class PipecatCall:
             self.conversation.add_extractor(extractor)
         tools = self.conversation.tools
         if flow is not None and tools:
-            # Checked now, where the mistake is made, not at the pipeline's StartFrame.
-            flows = (
-                [flow]
-                if isinstance(flow, Flow)
-                else [flow.main, *(d.flow for d in flow.digressions)]
-            )
-            for one in flows:
-                one.compile(tools=tools)
+            flow.compile(tools=tools)  # now, where the mistake is made, not at the StartFrame
         self.runner: FlowRunner | StackRunner | None = None
         """The flow's runner, once the pipeline started."""
         self.steering = Steering(self)
