@@ -101,8 +101,8 @@ async def hang(spec: AgentStepSpec) -> Any:
     """Marks 'started', then waits for a word that never comes; marks 'cancelled' when the
     wait is cancelled."""
     where = meeting(spec)
-    await where.mark.remote("started")
-    try:
+    try:  # the cancellation may land while 'started' is still being marked
+        await where.mark.remote("started")
         await where.marked.remote("never")
     except asyncio.CancelledError:
         await where.mark.remote("cancelled")
